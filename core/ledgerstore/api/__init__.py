@@ -1,0 +1,47 @@
+"""The four plugin interfaces. Plugins import from here (and from :mod:`ledgerstore.errors`)."""
+
+from ledgerstore.api.metadata import (
+    ANY_VERSION,
+    NOT_EXISTS,
+    EventType,
+    MetadataStore,
+    Notification,
+    NotificationCallback,
+    SessionListener,
+    Subscription,
+    Versioned,
+)
+from ledgerstore.api.placement import BookieInfo, PlacementPolicy
+from ledgerstore.api.storage import StorageEngine, StorageStats
+from ledgerstore.api.transport import (
+    DEFAULT_MAX_FRAME_SIZE,
+    Connection,
+    FrameHandler,
+    Server,
+    ServerConnection,
+    Transport,
+    split_address,
+)
+
+__all__ = [
+    "ANY_VERSION",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "NOT_EXISTS",
+    "BookieInfo",
+    "Connection",
+    "EventType",
+    "FrameHandler",
+    "MetadataStore",
+    "Notification",
+    "NotificationCallback",
+    "PlacementPolicy",
+    "Server",
+    "ServerConnection",
+    "SessionListener",
+    "StorageEngine",
+    "StorageStats",
+    "Subscription",
+    "Transport",
+    "Versioned",
+    "split_address",
+]

@@ -1,0 +1,161 @@
+"""The MetadataStore interface: a small versioned key-value primitive.
+
+Modelled on Pulsar's pluggable metadata store (PIP-45). Core builds every BookKeeper manager
+(ledgers, bookie registration, cookies, logs, under-replication, auditor election) on top of it,
+once for all backends.
+
+Keys are absolute, ``/``-separated paths relative to the store's root (``/ledgers/00/0000/L0001``).
+Values are bytes. Every stored value has an integer *version* that changes on every write; the
+version's numbering is the backend's own (a ZooKeeper ``stat.version``, an etcd ``mod_revision``, a
+sqlite counter) and is only ever compared for equality.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+#: ``expected_version`` meaning "the key must not exist yet" (create-if-absent).
+NOT_EXISTS: Final = -1
+#: ``expected_version`` meaning "whatever the current version is" (unconditional write).
+ANY_VERSION: Final = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Versioned:
+    """A value together with the version it was read at."""
+
+    value: bytes
+    version: int
+
+
+class EventType(enum.Enum):
+    CREATED = "created"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Notification:
+    """A change seen by a watch. ``key`` is the full key that changed."""
+
+    type: EventType
+    key: str
+
+
+NotificationCallback = Callable[[Notification], None]
+SessionListener = Callable[[str], None]
+"""Called with ``"lost"`` when the session (and so every ephemeral key) is gone, and ``"restored"``
+when a new session is established."""
+
+
+class Subscription(abc.ABC):
+    """Handle of a watch; ``cancel()`` stops further callbacks."""
+
+    @abc.abstractmethod
+    def cancel(self) -> None: ...
+
+
+class MetadataStore(abc.ABC):
+    """Versioned key-value store with compare-and-set, ephemeral keys and change notifications.
+
+    Backends are constructed from a URI (``sqlite:///path.db``, ``zk://host:port/root``,
+    ``etcd://host:port/prefix``) and keyword options, then ``await start()``-ed. All methods are
+    coroutines that are safe to call concurrently from one event loop.
+
+    Errors: every method may raise :class:`~ledgerstore.errors.MetadataError` when the backend is
+    unreachable; the conditional operations raise :class:`~ledgerstore.errors.BadVersionError`
+    (or its subclass :class:`~ledgerstore.errors.KeyExistsError` for create-if-absent).
+    """
+
+    #: the URI schemes this backend serves, e.g. ``("zk",)``
+    schemes: tuple[str, ...] = ()
+
+    def __init__(self, uri: str, **options: object) -> None:
+        self.uri = uri
+        self.options = options
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Connect and establish the session. Idempotent."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """End the session (its ephemeral keys vanish) and release resources. Idempotent."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> Versioned | None:
+        """Return the value and version of ``key``, or ``None`` if it does not exist."""
+
+    @abc.abstractmethod
+    async def put(self, key: str, value: bytes, expected_version: int | None = ANY_VERSION) -> int:
+        """Write ``value`` and return the new version.
+
+        ``expected_version`` is :data:`ANY_VERSION` (unconditional), :data:`NOT_EXISTS`
+        (create-if-absent; :class:`KeyExistsError` if present) or a version previously read
+        (compare-and-set; :class:`BadVersionError` if the key changed or vanished since).
+        Missing parent keys are implied: backends create whatever intermediate structure they need.
+        """
+
+    @abc.abstractmethod
+    async def delete(self, key: str, expected_version: int | None = ANY_VERSION) -> None:
+        """Delete ``key``. :class:`NoSuchKeyError` if absent; :class:`BadVersionError` if the
+        version differs from ``expected_version`` (when one is given)."""
+
+    @abc.abstractmethod
+    async def children(self, key: str) -> list[str]:
+        """Names (not full keys) of the direct children of ``key``, sorted; ``[]`` if none.
+
+        ``/a/b`` is a child of ``/a`` whether or not ``/a`` itself holds a value.
+        """
+
+    @abc.abstractmethod
+    async def put_ephemeral(self, key: str, value: bytes) -> int:
+        """Create or overwrite ``key`` bound to this store's session; it disappears when the
+        session ends (close, process death, expiry). Returns the version."""
+
+    @abc.abstractmethod
+    async def watch(self, prefix: str, callback: NotificationCallback) -> Subscription:
+        """Call ``callback`` (on the event loop) for every change to ``prefix`` or any key below it,
+        made by this or any other client, until the subscription is cancelled. Delivery is at least
+        once and in order per key; callers re-read the key to learn the new value."""
+
+    @abc.abstractmethod
+    async def next_id(self, name: str) -> int:
+        """Allocate the next value of the monotonic counter ``name`` (first value 1).
+        Never returns the same value twice, across processes and restarts."""
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Register a callback for session loss/restoration (see :data:`SessionListener`)."""
+        self._session_listeners().append(listener)
+
+    def _session_listeners(self) -> list[SessionListener]:
+        listeners: list[SessionListener] | None = getattr(self, "_ls_listeners", None)
+        if listeners is None:
+            listeners = []
+            self._ls_listeners = listeners
+        return listeners
+
+    def _fire_session_event(self, event: str) -> None:
+        """For backends: tell listeners the session was ``"lost"`` or ``"restored"``."""
+        for listener in list(self._session_listeners()):
+            listener(event)
+
+    # --- conveniences built on the primitives (backends may override for speed) ---------------
+
+    async def delete_recursive(self, key: str) -> None:
+        """Delete ``key`` and everything below it (no versions checked)."""
+        for child in await self.children(key):
+            await self.delete_recursive(f"{key.rstrip('/')}/{child}")
+        from ledgerstore.errors import NoSuchKeyError
+
+        try:
+            await self.delete(key)
+        except NoSuchKeyError:
+            pass
+
+
+AsyncCallable = Callable[[], Awaitable[None]]

@@ -1,0 +1,75 @@
+"""The PlacementPolicy interface: which bookies hold a ledger's entries."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BookieInfo:
+    """What placement may know of a bookie; comes from its registration record."""
+
+    bookie_id: str
+    endpoint: str = ""
+    rack: str = "/default-rack"
+    region: str = "default-region"
+    free_bytes: int = 0
+    total_bytes: int = 0
+    ledger_count: int = 0
+    read_only: bool = False
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+
+class PlacementPolicy(abc.ABC):
+    """Chooses ensembles and replacements.
+
+    Errors: :class:`~ledgerstore.errors.NotEnoughBookiesError`, naming the constraint that could not
+    be met and how many bookies were available.
+    """
+
+    name: str = ""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    @abc.abstractmethod
+    def new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        bookies: Sequence[BookieInfo],
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[str]:
+        """Return ``ensemble_size`` distinct bookie ids chosen among writable ``bookies`` not in
+        ``exclude``."""
+
+    @abc.abstractmethod
+    def replace_bookie(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        index: int,
+        bookies: Sequence[BookieInfo],
+        exclude: frozenset[str] = frozenset(),
+    ) -> str:
+        """Return a bookie to take the place of ``ensemble[index]``: not already in the ensemble,
+        not excluded, writable."""
+
+    def reorder_read_sequence(
+        self, ensemble: Sequence[str], write_set: Sequence[int], bookies: Sequence[BookieInfo]
+    ) -> list[int]:
+        """Order the indexes of a write set for reading (default: writable bookies first, then
+        read-only ones, then those not registered at all)."""
+        state = {b.bookie_id: (1 if b.read_only else 0) for b in bookies}
+        return sorted(write_set, key=lambda i: state.get(ensemble[i], 2))
+
+    def is_ensemble_adhering(
+        self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int, bookies: Sequence[BookieInfo]
+    ) -> bool:
+        """Whether ``ensemble`` meets this policy's constraints (default: all distinct)."""
+        return len(set(ensemble)) == len(ensemble)

@@ -1,0 +1,124 @@
+"""The Transport interface: moves opaque frames between clients and bookies.
+
+A transport never defines messages: frames are bytes made by :mod:`ledgerstore.proto.codec`.
+It owns framing on the wire, connection set-up, security (TLS, CURVE), the maximum frame size
+(enforced *before* allocating a frame's buffer) and coalescing many frames into few syscalls.
+Request ids, pipelining, timeouts and reconnects are done once in core
+(:mod:`ledgerstore.client.channel`) on top of any transport.
+
+Addresses are URIs whose scheme names the transport: ``tcp://127.0.0.1:3181``,
+``tcp+tls://host:3181``, ``zmq://host:3181``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+#: Default largest frame accepted, in bytes (BookKeeper's nettyMaxFrameSizeBytes is 5 MB).
+DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
+
+
+class Connection(abc.ABC):
+    """One client-side connection to a bookie."""
+
+    @abc.abstractmethod
+    def send(self, frame: bytes) -> None:
+        """Queue ``frame`` for sending without blocking. Frames queued in the same event-loop
+        iteration should go out in as few writes as possible. Raises
+        :class:`~ledgerstore.errors.BookieUnavailableError` if the connection is closed."""
+
+    @abc.abstractmethod
+    async def drain(self) -> None:
+        """Wait until the send buffer is below the high-water mark (backpressure)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the connection; the ``on_close`` callback given to ``connect`` is called once."""
+
+    @property
+    @abc.abstractmethod
+    def is_closed(self) -> bool: ...
+
+
+class ServerConnection(Protocol):
+    """What a bookie sees of one accepted peer."""
+
+    peer: str
+
+    def send(self, frame: bytes) -> None:
+        """Queue a response frame (never blocks; may be dropped if the peer is gone)."""
+
+    def close(self) -> None:
+        """Close this peer's connection only."""
+
+
+class FrameHandler(Protocol):
+    """Implemented by the bookie; called by server transports on the event loop."""
+
+    def frames_received(self, conn: ServerConnection, frames: Sequence[bytes]) -> None:
+        """A batch of complete frames arrived from ``conn``, in order."""
+
+    def connection_lost(self, conn: ServerConnection) -> None:
+        """``conn`` is gone; drop any state kept for it."""
+
+
+class Server(abc.ABC):
+    """A listening server returned by :meth:`Transport.serve`."""
+
+    @property
+    @abc.abstractmethod
+    def address(self) -> str:
+        """The bound address as a URI (with the real port when 0 was asked for)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop accepting, close every connection. Idempotent."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters such as refused (unauthenticated) peers and bad frames."""
+        return {}
+
+
+class Transport(abc.ABC):
+    """A transport plugin. One instance serves both sides for its schemes.
+
+    ``options`` come from the ``[transport]`` table of the config (TLS files, CURVE keys, ...).
+    """
+
+    schemes: tuple[str, ...] = ()
+
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, **options: Any) -> None:
+        self.max_frame_size = max_frame_size
+        self.options = options
+
+    @abc.abstractmethod
+    async def connect(
+        self,
+        address: str,
+        on_frames: Callable[[Sequence[bytes]], None],
+        on_close: Callable[[BaseException | None], None],
+    ) -> Connection:
+        """Open a connection to ``address``. Incoming frames are handed to ``on_frames`` in order;
+        ``on_close`` is called once when the connection ends for any reason.
+        Raises :class:`~ledgerstore.errors.BookieUnavailableError` if it cannot connect."""
+
+    @abc.abstractmethod
+    async def serve(self, address: str, handler: FrameHandler) -> Server:
+        """Listen on ``address`` and hand decoded frames to ``handler``. A peer that sends an
+        oversized or malformed frame is disconnected; other peers are unaffected."""
+
+
+def split_address(address: str) -> tuple[str, str, int]:
+    """``"tcp://127.0.0.1:3181"`` → ``("tcp", "127.0.0.1", 3181)``."""
+    from ledgerstore.errors import ConfigError
+
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        raise ConfigError(f"address {address!r} has no scheme; expected e.g. tcp://127.0.0.1:3181")
+    rest = rest.rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"address {address!r} has no port; expected e.g. {scheme}://127.0.0.1:3181")
+    return scheme, host.strip("[]") or "127.0.0.1", int(port)

@@ -1,0 +1,1 @@
+"""ledgerstore.cli."""

@@ -1,0 +1,139 @@
+"""Finding backends (stevedore drivers) and extensions (pluggy hooks).
+
+A backend fills one slot and is chosen by name from configuration. A missing or broken backend
+fails at start-up with :class:`~ledgerstore.errors.PluginError` naming the slot, the name asked for,
+the installed names and the extra to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import logging
+from typing import Any
+
+import pluggy
+from stevedore import driver, extension
+
+from ledgerstore import hookspecs
+from ledgerstore.errors import PluginError
+
+log = logging.getLogger(__name__)
+
+SLOTS = {
+    "metadata": "ledgerstore.metadata",
+    "transport": "ledgerstore.transport",
+    "storage": "ledgerstore.storage",
+    "placement": "ledgerstore.placement",
+}
+HOOKS_GROUP = "ledgerstore.hooks"
+
+#: Which extra of the ``ledgerstore`` distribution brings a first-party backend's dependencies.
+EXTRAS = {
+    ("metadata", "zk"): "zookeeper",
+    ("metadata", "etcd"): "etcd",
+    ("transport", "zmq"): "zmq",
+    ("storage", "rocksdb"): "rocksdb",
+}
+
+
+def installed(slot: str) -> list[str]:
+    """Names registered in a slot's entry-point namespace, sorted."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=SLOTS[slot])})
+
+
+def load_driver(slot: str, name: str) -> type:
+    """Return the backend class registered as ``name`` in ``slot``."""
+    if slot not in SLOTS:
+        raise PluginError(f"unknown plugin slot {slot!r}; slots are {', '.join(SLOTS)}")
+    namespace = SLOTS[slot]
+    names = installed(slot)
+    extra = EXTRAS.get((slot, name))
+    hint = (
+        f"; install it with: pip install 'ledgerstore[{extra}]'"
+        if extra
+        else "; install the distribution that provides it"
+    )
+    if name not in names:
+        raise PluginError(
+            f"no {slot} backend named {name!r} (entry-point namespace {namespace}); "
+            f"installed: {', '.join(names) or 'none'}{hint}"
+        )
+    try:
+        mgr = driver.DriverManager(namespace, name, invoke_on_load=False, on_load_failure_callback=_reraise)
+    except Exception as exc:
+        raise PluginError(
+            f"the {slot} backend {name!r} is installed but failed to load: {type(exc).__name__}: {exc}"
+            f"{hint}"
+        ) from exc
+    plugin: type = mgr.driver
+    return plugin
+
+
+def _reraise(manager: Any, entrypoint: Any, exc: BaseException) -> None:
+    raise exc
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    slot: str
+    name: str
+    target: str
+    distribution: str
+    version: str
+    error: str = ""
+
+
+def describe_plugins() -> list[PluginInfo]:
+    """Every installed backend and hook implementation, with the distribution providing it."""
+    rows: list[PluginInfo] = []
+    for slot, group in [*SLOTS.items(), ("hooks", HOOKS_GROUP)]:
+        for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else "?"
+            error = ""
+            try:
+                ep.load()
+            except Exception as exc:  # report, do not fail: this is a listing
+                error = f"{type(exc).__name__}: {exc}"
+            rows.append(PluginInfo(slot, ep.name, ep.value, dist, version, error))
+    return rows
+
+
+@functools.lru_cache(maxsize=1)
+def hooks() -> pluggy.PluginManager:
+    """The process-wide plugin manager with every ``ledgerstore.hooks`` entry point loaded."""
+    pm = pluggy.PluginManager("ledgerstore")
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(HOOKS_GROUP)
+    return pm
+
+
+def notify(hook_name: str, **kwargs: Any) -> None:
+    """Call an observer hook; an implementation's failure is logged, never raised."""
+    try:
+        getattr(hooks().hook, hook_name)(**kwargs)
+    except Exception:
+        log.exception("hook %s failed; ignored", hook_name)
+
+
+def uri_scheme(uri: str) -> str:
+    scheme, sep, _ = uri.partition("://")
+    if not sep or not scheme:
+        raise PluginError(f"{uri!r} is not a URI: expected scheme://..., e.g. sqlite:///var/lib/ledgerstore/meta.db")
+    return scheme
+
+
+def create_metadata_store(uri: str, **options: Any) -> Any:
+    """Build (unstarted) the metadata store the URI's scheme names."""
+    cls = load_driver("metadata", uri_scheme(uri))
+    return cls(uri, **options)
+
+
+def create_transport(scheme: str, **options: Any) -> Any:
+    cls = load_driver("transport", scheme)
+    return cls(**options)
+
+
+extension_manager = extension.ExtensionManager  # re-exported for plugin authors' tests

@@ -1,0 +1,70 @@
+"""Conformance suite for :class:`ledgerstore.api.PlacementPolicy` backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.errors import NotEnoughBookiesError
+
+
+def make_bookies(n: int, read_only: frozenset[int] = frozenset()) -> list[BookieInfo]:
+    """``n`` bookies spread over two racks and two regions, ``read_only`` indexes read-only."""
+    return [
+        BookieInfo(
+            bookie_id=f"127.0.0.1:{4000 + i}",
+            endpoint=f"tcp://127.0.0.1:{4000 + i}",
+            rack=f"/rack-{i % 2}",
+            region=f"region-{i % 2}",
+            free_bytes=(i + 1) * 10**9,
+            total_bytes=100 * 10**9,
+            ledger_count=10 * i,
+            read_only=i in read_only,
+        )
+        for i in range(n)
+    ]
+
+
+class PlacementPolicyConformance:
+    """Subclass and provide a ``policy`` fixture returning a policy instance."""
+
+    @pytest.fixture
+    def policy(self) -> PlacementPolicy:  # pragma: no cover - must be overridden
+        raise NotImplementedError("conformance suites need a policy fixture")
+
+    def test_new_ensemble_distinct_and_sized(self, policy: PlacementPolicy) -> None:
+        bookies = make_bookies(6)
+        for _ in range(50):
+            ens = policy.new_ensemble(3, 2, 2, bookies)
+            assert len(ens) == 3 and len(set(ens)) == 3
+            assert set(ens) <= {b.bookie_id for b in bookies}
+            assert policy.is_ensemble_adhering(ens, 2, 2, bookies)
+
+    def test_exclusions_and_read_only_are_honoured(self, policy: PlacementPolicy) -> None:
+        bookies = make_bookies(6, read_only=frozenset({0}))
+        excluded = frozenset({bookies[1].bookie_id})
+        for _ in range(50):
+            ens = policy.new_ensemble(4, 2, 2, bookies, exclude=excluded)
+            assert bookies[0].bookie_id not in ens and bookies[1].bookie_id not in ens
+
+    def test_not_enough_bookies(self, policy: PlacementPolicy) -> None:
+        with pytest.raises(NotEnoughBookiesError) as info:
+            policy.new_ensemble(4, 2, 2, make_bookies(3))
+        assert "4" in str(info.value) and "3" in str(info.value)
+
+    def test_replace_bookie(self, policy: PlacementPolicy) -> None:
+        bookies = make_bookies(5)
+        ens = policy.new_ensemble(3, 2, 2, bookies)
+        for _ in range(20):
+            new = policy.replace_bookie(ens, 2, 2, 1, bookies, exclude=frozenset({ens[1]}))
+            assert new not in ens
+        with pytest.raises(NotEnoughBookiesError):
+            policy.replace_bookie(
+                ens, 2, 2, 1, [b for b in bookies if b.bookie_id in ens], exclude=frozenset({ens[1]})
+            )
+
+    def test_read_order_is_a_permutation(self, policy: PlacementPolicy) -> None:
+        bookies = make_bookies(4, read_only=frozenset({0}))
+        ens = [b.bookie_id for b in bookies[:3]]
+        order = policy.reorder_read_sequence(ens, [0, 1, 2], bookies)
+        assert sorted(order) == [0, 1, 2]

@@ -1,0 +1,340 @@
+"""``tcp`` transport: asyncio sockets with length-prefixed frames.
+
+Wire framing: every frame is a 4-byte big-endian length followed by that many bytes. The length is
+checked against ``max_frame_size`` before any buffer is allocated for the frame; a peer that
+announces a larger frame is disconnected (and counted), other peers are unaffected.
+
+Frames queued in one event-loop iteration leave in one ``write`` call; a peer that reads slower
+than the bookie answers makes the bookie stop reading that peer's requests (the socket's write
+buffer above ``high_water``) rather than buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ledgerstore.api import Connection, FrameHandler, Server, Transport, split_address
+from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
+
+__all__ = ["TcpTransport", "FrameDecoder"]
+
+log = logging.getLogger(__name__)
+_LEN = struct.Struct(">I")
+DEFAULT_HIGH_WATER = 8 * 1024 * 1024
+
+
+class FrameDecoder:
+    """Incremental length-prefixed frame parser (pure, no IO)."""
+
+    __slots__ = ("_buf", "max_frame_size")
+
+    def __init__(self, max_frame_size: int) -> None:
+        self._buf = bytearray()
+        self.max_frame_size = max_frame_size
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return every complete frame. Raises FrameTooLargeError on an oversized
+        length prefix (the stream cannot be resynchronised after that)."""
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos, n = 0, len(buf)
+        limit = self.max_frame_size
+        unpack = _LEN.unpack_from
+        while n - pos >= 4:
+            (size,) = unpack(buf, pos)
+            if size > limit:
+                raise FrameTooLargeError(f"peer announced a frame of {size} bytes; the limit is {limit}")
+            end = pos + 4 + size
+            if end > n:
+                break
+            frames.append(bytes(buf[pos + 4 : end]))
+            pos = end
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def _encode(frame: bytes, limit: int) -> bytes:
+    if len(frame) > limit:
+        raise FrameTooLargeError(f"frame of {len(frame)} bytes exceeds the limit of {limit}")
+    return _LEN.pack(len(frame)) + frame
+
+
+class _Writer:
+    """Coalesces frames queued in one loop iteration into a single socket write."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame_size: int) -> None:
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._scheduled = False
+        self.transport: asyncio.Transport | None = None
+        self.max_frame_size = max_frame_size
+
+    def queue(self, frame: bytes) -> None:
+        self._pending.append(_LEN.pack(len(frame)))
+        self._pending.append(frame)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self._pending and self.transport is not None and not self.transport.is_closing():
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self.transport.write(data)
+        else:
+            self._pending.clear()
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(
+        self,
+        max_frame_size: int,
+        on_frames: Callable[[Sequence[bytes]], None],
+        on_close: Callable[[BaseException | None], None],
+    ) -> None:
+        self.decoder = FrameDecoder(max_frame_size)
+        self.on_frames = on_frames
+        self.on_close = on_close
+        self.transport: asyncio.Transport | None = None
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closed = False
+        self.closed_event = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLargeError as exc:
+            log.warning("closing connection: %s", exc)
+            assert self.transport is not None
+            self.transport.abort()
+            self._finish(exc)
+            return
+        if frames:
+            self.on_frames(frames)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._can_write.set()
+        self._finish(exc)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if not self._closed:
+            self._closed = True
+            self.closed_event.set()
+            self.on_close(exc)
+
+
+class TcpConnection(Connection):
+    def __init__(self, protocol: _ClientProtocol, writer: _Writer, address: str) -> None:
+        self._protocol = protocol
+        self._writer = writer
+        self.address = address
+
+    def send(self, frame: bytes) -> None:
+        if self._protocol._closed:
+            raise BookieUnavailableError(f"connection to {self.address} is closed")
+        if len(frame) > self._writer.max_frame_size:
+            raise FrameTooLargeError(
+                f"frame of {len(frame)} bytes exceeds the limit of {self._writer.max_frame_size}"
+            )
+        self._writer.queue(frame)
+
+    async def drain(self) -> None:
+        await self._protocol._can_write.wait()
+
+    async def close(self) -> None:
+        if self._protocol.transport is not None and not self._protocol._closed:
+            self._writer.flush()
+            self._protocol.transport.close()
+            await self._protocol.closed_event.wait()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._protocol._closed
+
+
+class _ServerConn(asyncio.Protocol):
+    """One accepted peer; is also the ``ServerConnection`` handed to the bookie."""
+
+    def __init__(self, server: TcpServer) -> None:
+        self.server = server
+        self.decoder = FrameDecoder(server.max_frame_size)
+        self.transport: asyncio.Transport | None = None
+        self.writer = _Writer(server.loop, server.max_frame_size)
+        self.peer = "?"
+        self._lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.writer.transport = transport
+        transport.set_write_buffer_limits(high=self.server.high_water)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.server.conns.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLargeError as exc:
+            self.server.counters["oversized_frames"] += 1
+            log.warning("peer %s: %s; disconnecting it", self.peer, exc)
+            self.close()
+            return
+        if frames:
+            try:
+                self.server.handler.frames_received(self, frames)
+            except Exception:  # a handler bug must not take the server down
+                self.server.counters["handler_errors"] += 1
+                log.exception("request handler failed for peer %s; disconnecting it", self.peer)
+                self.close()
+
+    def send(self, frame: bytes) -> None:
+        if self._lost:
+            return
+        try:
+            self.writer.queue(frame)
+        except FrameTooLargeError:
+            log.error("response of %d bytes exceeds the frame limit; closing %s", len(frame), self.peer)
+            self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # A slow reader: stop reading its requests until it has taken our answers.
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.server.counters["paused_slow_readers"] += 1
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self.server.conns.discard(self)
+        try:
+            self.server.handler.connection_lost(self)
+        except Exception:
+            log.exception("connection_lost handler failed")
+
+
+class TcpServer(Server):
+    def __init__(self, loop: asyncio.AbstractEventLoop, handler: FrameHandler, max_frame_size: int,
+                 high_water: int, scheme: str) -> None:
+        self.loop = loop
+        self.handler = handler
+        self.max_frame_size = max_frame_size
+        self.high_water = high_water
+        self.scheme = scheme
+        self.conns: set[_ServerConn] = set()
+        self.counters = {"oversized_frames": 0, "handler_errors": 0, "paused_slow_readers": 0}
+        self._server: asyncio.AbstractServer | None = None
+        self._address = ""
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        srv, self._server = self._server, None
+        srv.close()
+        for c in list(self.conns):
+            c.close()
+        await srv.wait_closed()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters, connections=len(self.conns))
+
+
+class TcpTransport(Transport):
+    """Plain TCP. Options: ``high_water`` (bytes of unsent answers per peer before the bookie
+    stops reading that peer), ``connect_timeout`` (seconds)."""
+
+    schemes = ("tcp",)
+
+    def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
+        super().__init__(max_frame_size=max_frame_size, **options)
+        self.high_water = int(options.get("high_water", DEFAULT_HIGH_WATER))
+        self.connect_timeout = float(options.get("connect_timeout", 5.0))
+
+    def _ssl_server(self) -> Any:
+        return None
+
+    def _ssl_client(self) -> Any:
+        return None
+
+    async def connect(
+        self,
+        address: str,
+        on_frames: Callable[[Sequence[bytes]], None],
+        on_close: Callable[[BaseException | None], None],
+    ) -> Connection:
+        _, host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        proto = _ClientProtocol(self.max_frame_size, on_frames, on_close)
+        ssl_ctx = self._ssl_client()
+        try:
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: proto, host, port, ssl=ssl_ctx,
+                    server_hostname=self.options.get("server_hostname", host) if ssl_ctx else None,
+                ),
+                self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise BookieUnavailableError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
+        writer = _Writer(loop, self.max_frame_size)
+        writer.transport = transport  # type: ignore[assignment]
+        return TcpConnection(proto, writer, address)
+
+    async def serve(self, address: str, handler: FrameHandler) -> Server:
+        scheme, host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        server = TcpServer(loop, handler, self.max_frame_size, self.high_water, scheme)
+        server._server = await loop.create_server(
+            lambda: _ServerConn(server), host, port, reuse_address=True, ssl=self._ssl_server(), backlog=1024
+        )
+        sock_port = server._server.sockets[0].getsockname()[1]
+        server._address = f"{scheme}://{host}:{sock_port}"
+        return server
