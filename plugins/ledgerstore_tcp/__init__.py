@@ -114,8 +114,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.closed_event = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -193,8 +192,7 @@ class _ServerConn(asyncio.Protocol):
         self._lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
         self.writer.transport = transport
         transport.set_write_buffer_limits(high=self.server.high_water)
         peer = transport.get_extra_info("peername")

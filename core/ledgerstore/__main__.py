@@ -1,0 +1,3 @@
+from ledgerstore.cli.main import main
+
+main()

@@ -1,0 +1,333 @@
+"""The bookie's write-ahead journal: group commit, fsync before acknowledging, rolling files,
+a LastLogMark checkpoint and replay.
+
+File ``journal-<id:016x>.log``: a 16-byte header (``b"LSJ1"``, u32 format version, u64 file id),
+then records::
+
+    u32 body length | u32 crc32c(body) | body = u8 type | u64 ledger id | u64 entry id | data
+
+Types: ADD (data = signed entry), FENCE (no data), MASTER_KEY (data = key). A record whose length
+or checksum does not hold at the tail of the newest file is a torn write from a crash: replay
+truncates the file there. The same damage anywhere else is corruption and stops start-up.
+
+The LastLogMark (file ``lastMark``: u64 file id, u64 offset, u32 crc32c) says up to where the
+storage engine holds everything; replay starts there. It is written only after the engine flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import queue
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import crc32c
+
+from ledgerstore.errors import BookieIOError
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"LSJ1"
+FORMAT_VERSION = 1
+FILE_HEADER = struct.Struct(">4sIQ")
+REC_HEADER = struct.Struct(">II")
+REC_BODY = struct.Struct(">BQQ")
+MARK = struct.Struct(">QQ")
+_U32 = struct.Struct(">I")
+MAX_RECORD = 64 * 1024 * 1024
+
+ADD, FENCE, MASTER_KEY = 1, 2, 3
+_NAME = re.compile(r"^journal-([0-9a-f]{16})\.log$")
+
+
+def encode_record(rtype: int, ledger_id: int, entry_id: int, data: bytes = b"") -> bytes:
+    body = REC_BODY.pack(rtype, ledger_id, entry_id) + data
+    return REC_HEADER.pack(len(body), crc32c.crc32c(body)) + body
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class LogMark:
+    file_id: int
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    type: int
+    ledger_id: int
+    entry_id: int
+    data: bytes
+    mark: LogMark  # position just after this record
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in directory.iterdir() if directory.exists() else []:
+        m = _NAME.match(p.name)
+        if m:
+            out.append((int(m.group(1), 16), p))
+    return sorted(out)
+
+
+def read_mark(directory: Path) -> LogMark:
+    p = directory / "lastMark"
+    if not p.exists():
+        return LogMark(0, 0)
+    raw = p.read_bytes()
+    if len(raw) != MARK.size + 4 or crc32c.crc32c(raw[: MARK.size]) != _U32.unpack_from(raw, MARK.size)[0]:
+        raise BookieIOError(f"{p}: the LastLogMark file is damaged ({len(raw)} bytes, checksum mismatch)")
+    return LogMark(*MARK.unpack_from(raw))
+
+
+def write_mark(directory: Path, mark: LogMark) -> None:
+    body = MARK.pack(mark.file_id, mark.offset)
+    tmp = directory / "lastMark.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(body + _U32.pack(crc32c.crc32c(body)))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, directory / "lastMark")
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def scan_file(path: Path, start: int = 0, *, repair: bool = False) -> Iterator[Record]:
+    """Yield the records of one journal file from ``start`` (0 = after the header).
+
+    With ``repair``, a damaged tail is truncated (torn write); without, it raises BookieIOError.
+    """
+    with open(path, "r+b" if repair else "rb") as fh:
+        header = fh.read(FILE_HEADER.size)
+        if len(header) < FILE_HEADER.size:
+            if repair:
+                log.warning("%s: journal file shorter than its header (torn at creation); rewriting header", path)
+                return
+            raise BookieIOError(f"{path}: journal file shorter than its {FILE_HEADER.size}-byte header")
+        magic, version, file_id = FILE_HEADER.unpack(header)
+        if magic != MAGIC or version != FORMAT_VERSION:
+            raise BookieIOError(f"{path}: not a journal file of format {FORMAT_VERSION} (magic {magic!r}, version {version})")
+        pos = max(start, FILE_HEADER.size)
+        fh.seek(pos)
+        data = fh.read()
+        view = memoryview(data)
+        off = 0
+        while off < len(data):
+            problem = None
+            if len(data) - off < REC_HEADER.size:
+                problem = "truncated record header"
+            else:
+                length, crc = REC_HEADER.unpack_from(data, off)
+                end = off + REC_HEADER.size + length
+                if length < REC_BODY.size or length > MAX_RECORD:
+                    problem = f"impossible record length {length}"
+                elif end > len(data):
+                    problem = "truncated record body"
+                elif crc32c.crc32c(view[off + REC_HEADER.size : end]) != crc:
+                    problem = "record checksum mismatch"
+            if problem:
+                where = pos + off
+                if repair:
+                    log.warning("%s: %s at offset %d: truncating the torn tail (%d bytes)", path, problem, where, len(data) - off)
+                    fh.truncate(where)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    return
+                raise BookieIOError(f"{path}: {problem} at offset {where}")
+            body = view[off + REC_HEADER.size : end]
+            rtype, lid, eid = REC_BODY.unpack_from(body)
+            yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), LogMark(file_id, pos + end))
+            off = end
+
+
+Callback = Callable[[], None]
+
+
+class Journal:
+    """Appends records from the event loop; a writer thread commits them in groups.
+
+    ``append(record, token)`` queues bytes; once the group holding them is written and fsync'd,
+    ``on_durable(tokens)`` runs on the event loop with the tokens of the whole group, in order.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        on_durable: Callable[[list[Any]], None],
+        *,
+        max_group_wait_ms: float = 2.0,
+        max_group_bytes: int = 512 * 1024,
+        flush_when_queue_empty: bool = True,
+        max_file_size: int = 2048 * 1024 * 1024,
+        max_backups: int = 5,
+        sync: bool = True,
+    ) -> None:
+        self.dir = Path(directory)
+        self.on_durable = on_durable
+        self.max_group_wait = max_group_wait_ms / 1000.0
+        self.max_group_bytes = max_group_bytes
+        self.flush_when_queue_empty = flush_when_queue_empty
+        self.max_file_size = max_file_size
+        self.max_backups = max_backups
+        self.sync = sync
+        self._queue: queue.SimpleQueue[tuple[bytes, Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        self._file_id = 0
+        self._offset = 0
+        self._durable = LogMark(0, 0)
+        self._lock = threading.Lock()
+        self.failed: BaseException | None = None
+        # figures for metrics
+        self.groups = 0
+        self.records = 0
+        self.bytes_written = 0
+        self.fsync_seconds = 0.0
+        self.last_group_size = 0
+
+    # --- replay --------------------------------------------------------------------------------
+
+    def replay(self, apply: Callable[[Record], None]) -> int:
+        """Apply every record after the LastLogMark; repair a torn tail. Returns records applied."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mark = read_mark(self.dir)
+        files = journal_files(self.dir)
+        n = 0
+        for i, (fid, path) in enumerate(files):
+            if fid < mark.file_id:
+                continue
+            start = mark.offset if fid == mark.file_id else 0
+            last = i == len(files) - 1
+            for rec in scan_file(path, start, repair=last):
+                apply(rec)
+                n += 1
+        self._file_id = files[-1][0] if files else 0
+        return n
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open a new journal file and start the writer thread (after replay)."""
+        self._loop = loop
+        self._roll()
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    def append(self, record: bytes, token: Any) -> None:
+        """Queue a record (from the event loop). Never blocks."""
+        if self.failed is not None:
+            raise BookieIOError(f"journal is failed: {self.failed}")
+        self._queue.put((record, token))
+
+    def durable_mark(self) -> LogMark:
+        """Position up to which every record is on disk (for the checkpoint)."""
+        with self._lock:
+            return self._durable
+
+    def _roll(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._file_id += 1
+        path = self.dir / f"journal-{self._file_id:016x}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, self._file_id))
+        os.fsync(fd)
+        _fsync_dir(self.dir)
+        self._fd = fd
+        self._offset = FILE_HEADER.size
+        with self._lock:
+            self._durable = LogMark(self._file_id, self._offset)
+
+    def _run(self) -> None:
+        q = self._queue
+        loop = self._loop
+        assert loop is not None
+        while True:
+            item = q.get()
+            if item is None:
+                break
+            bufs = [item[0]]
+            tokens = [item[1]]
+            size = len(item[0])
+            stop = False
+            deadline = time.monotonic() + self.max_group_wait
+            while size < self.max_group_bytes:
+                try:
+                    nxt = q.get_nowait()
+                except queue.Empty:
+                    if self.flush_when_queue_empty:
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        nxt = q.get(timeout=remaining)
+                    except queue.Empty:
+                        break
+                if nxt is None:
+                    stop = True
+                    break
+                bufs.append(nxt[0])
+                tokens.append(nxt[1])
+                size += len(nxt[0])
+            try:
+                self._write_group(bufs, size)
+            except OSError as exc:
+                self.failed = exc
+                log.error("journal write failed, no further adds are acknowledged: %s", exc)
+                loop.call_soon_threadsafe(self.on_durable, [("journal-error", exc, tokens)])
+                break
+            loop.call_soon_threadsafe(self.on_durable, tokens)
+            if stop:
+                break
+
+    def _write_group(self, bufs: list[bytes], size: int) -> None:
+        if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
+            self._roll()
+        data = b"".join(bufs)
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        if self.sync:
+            t0 = time.perf_counter()
+            os.fdatasync(self._fd)
+            self.fsync_seconds += time.perf_counter() - t0
+        self._offset += size
+        self.groups += 1
+        self.records += len(bufs)
+        self.bytes_written += size
+        self.last_group_size = len(bufs)
+        with self._lock:
+            self._durable = LogMark(self._file_id, self._offset)
+
+    def checkpoint_done(self, mark: LogMark) -> None:
+        """Record that the engine holds everything up to ``mark``; drop old journal files."""
+        write_mark(self.dir, mark)
+        old = [p for fid, p in journal_files(self.dir) if fid < mark.file_id]
+        for p in old[: max(0, len(old) - self.max_backups)]:
+            p.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

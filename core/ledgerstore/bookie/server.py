@@ -1,0 +1,572 @@
+"""The bookie: serves add / read / fence / LAC requests over any transport, durably.
+
+Write path: decode → check master key, fenced flag, read-only → add to the storage engine →
+append to the journal → answer once the journal group holding it is fsync'd. Reads are served
+from the engine (entries are readable as soon as they are added, like BookKeeper's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, StorageEngine
+from ledgerstore.api.transport import split_address
+from ledgerstore.bookie import cookie as cookies
+from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, Journal, Record, encode_record
+from ledgerstore.config import BookieConfig
+from ledgerstore.errors import (
+    BookieIOError,
+    LedgerStoreError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ProtocolError,
+)
+from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManager, compare_cookies
+from ledgerstore.plugins import create_metadata_store, create_transport, load_driver, notify
+from ledgerstore.proto import codec
+from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
+from ledgerstore.proto.digest import parse_entry_header
+
+log = logging.getLogger(__name__)
+
+
+class BookieCounters:
+    """Figures exported as metrics."""
+
+    def __init__(self) -> None:
+        self.add_requests = 0
+        self.add_bytes = 0
+        self.read_requests = 0
+        self.bad_requests = 0
+        self.rejected_adds: dict[str, int] = defaultdict(int)
+        self.add_latency: list[float] = []
+
+
+class Bookie:
+    """One bookie. ``await start()`` then it serves until ``await stop()``."""
+
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.listen = config.listen
+        self.advertised = config.advertised_address or config.listen
+        _, host, port = split_address(self.advertised)
+        self.bookie_id = f"{host}:{port}"
+        self.journal_dir = Path(config.journal_dir)
+        self.ledger_dirs = [Path(d) for d in config.ledger_dirs]
+        self.store: MetadataStore | None = None
+        self.engine: StorageEngine | None = None
+        self.journal: Journal | None = None
+        self.server: Any = None
+        self.registry: BookieRegistry | None = None
+        self.read_only = False
+        self.forced_read_only = False
+        self.counters = BookieCounters()
+        self._master_keys: dict[int, bytes] = {}
+        self._fenced: set[int] = set()
+        self._lac: dict[int, int] = {}
+        self._lac_waiters: dict[int, list[tuple[int, ServerConnection, int, Op, asyncio.TimerHandle]]] = defaultdict(list)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._checkpoint_lock = threading.Lock()
+        self._stopped = asyncio.Event()
+        self.instance_id: str | None = None
+        self.started_at = 0.0
+        self._registered_event = asyncio.Event()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        for d in self.ledger_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
+        await self.store.start()
+        self.registry = BookieRegistry(self.store)
+        await self._check_cookie()
+
+        engine_cls = load_driver("storage", cfg.storage)
+        self.engine = engine_cls(self.ledger_dirs, **cfg.storage_options)
+        await asyncio.to_thread(self.engine.open)
+        self.journal = Journal(
+            self.journal_dir,
+            self._on_durable,
+            max_group_wait_ms=cfg.journal.max_group_wait_ms,
+            max_group_bytes=cfg.journal.max_group_bytes,
+            flush_when_queue_empty=cfg.journal.flush_when_queue_empty,
+            max_file_size=cfg.journal.max_file_size_mb * 1024 * 1024,
+            max_backups=cfg.journal.max_backups,
+            sync=cfg.journal.sync,
+        )
+        t0 = time.monotonic()
+        replayed = await asyncio.to_thread(self.journal.replay, self._apply_replayed)
+        if replayed:
+            log.info("replayed %d journal records in %.2fs", replayed, time.monotonic() - t0)
+        self._load_ledger_state()
+        self.journal.start(self._loop)
+        if replayed:  # make the replayed state durable in the engine and move the mark past it
+            await asyncio.to_thread(self.checkpoint)
+
+        scheme = cfg.listen.partition("://")[0]
+        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **cfg.transport)
+        self.server = await transport.serve(cfg.listen, self)
+        if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
+            self.advertised = self.server.address
+            _, host, port = split_address(self.advertised)
+            self.bookie_id = f"{host}:{port}"
+        self._update_disk_state()
+        await self._register()
+        self.store.add_session_listener(self._on_session_event)
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
+        self._tasks.append(asyncio.create_task(self._disk_check_loop(), name="disk-check"))
+        self.started_at = time.time()
+        log.info("bookie %s serving on %s (storage %s, journal %s)", self.bookie_id, self.server.address, cfg.storage, self.journal_dir)
+        notify("ledgerstore_bookie_started", bookie=self)
+
+    async def stop(self) -> None:
+        """Stop serving, checkpoint, unregister. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        notify("ledgerstore_bookie_stopping", bookie=self)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.server is not None:
+            await self.server.close()
+        if self.journal is not None:
+            await asyncio.to_thread(self.journal.close)
+        if self.engine is not None and self.journal is not None and self.journal.failed is None:
+            await asyncio.to_thread(self.checkpoint)
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.close)
+        if self.store is not None:
+            try:
+                if self.registry is not None:
+                    await self.registry.unregister(self.bookie_id)
+            except LedgerStoreError as exc:
+                log.warning("could not unregister: %s", exc)
+            await self.store.close()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # --- cookie and registration ---------------------------------------------------------------
+
+    async def _check_cookie(self) -> None:
+        assert self.store is not None
+        cluster = ClusterManager(self.store)
+        iid = await cluster.instance_id()
+        if iid is None:
+            if not self.config.auto_init_cluster:
+                raise LedgerStoreError(
+                    f"the metadata store {self.config.metadata} holds no cluster; run "
+                    f"'ledgerstore shell --metadata {self.config.metadata} initnewcluster' first"
+                )
+            iid = await cluster.init()
+        self.instance_id = iid
+        dirs = cookies.cookie_dirs(self.journal_dir, self.ledger_dirs)
+        expected = {
+            "bookie_id": self.bookie_id,
+            "instance_id": iid,
+            "journal_dir": str(self.journal_dir.resolve()),
+            "ledger_dirs": [str(d.resolve()) for d in self.ledger_dirs],
+            "layout": 1,
+        }
+        local = cookies.read_local(dirs)
+        mgr = CookieManager(self.store)
+        remote = await mgr.get(self.bookie_id)
+        where = f"bookie {self.bookie_id}"
+        if local is None and remote is None:
+            if any(self._has_data(d) for d in self.ledger_dirs):
+                raise LedgerStoreError(
+                    f"{where}: its directories hold data but no cookie; refusing to adopt them. "
+                    "Format them (ledgerstore shell bookieformat) if the data is not needed."
+                )
+            cookies.write_local(dirs, expected)
+            await mgr.put(self.bookie_id, {**expected, "endpoint": self.advertised})
+            return
+        if local is None:
+            raise LedgerStoreError(
+                f"{where}: the cluster has a cookie for this bookie but its directories have none: its disks were "
+                "wiped or replaced. Decommission/recover the old bookie (its data is gone) and delete its cookie, "
+                "or restore the directories."
+            )
+        if remote is None:
+            raise LedgerStoreError(
+                f"{where}: its directories have a cookie but the cluster has none for it "
+                f"(instance {local.get('instance_id')}); this metadata store may be another cluster's"
+            )
+        compare_cookies(local, {k: v for k, v in remote.items() if k != "endpoint"}, where)
+        compare_cookies(local, expected, where + " (configuration)")
+        if remote.get("endpoint") != self.advertised:
+            await mgr.put(self.bookie_id, {**local, "endpoint": self.advertised})
+
+    @staticmethod
+    def _has_data(d: Path) -> bool:
+        return d.exists() and any(p.name != cookies.COOKIE_FILE for p in d.iterdir())
+
+    def info(self) -> BookieInfo:
+        total, used, free = self._disk_usage()
+        return BookieInfo(
+            bookie_id=self.bookie_id,
+            endpoint=self.advertised,
+            rack=self.config.rack,
+            region=self.config.region,
+            free_bytes=free,
+            total_bytes=total,
+            ledger_count=len(self._master_keys),
+            read_only=self.read_only,
+        )
+
+    async def _register(self) -> None:
+        assert self.registry is not None
+        await self.registry.register(self.info())
+        self._registered_event.set()
+
+    def _on_session_event(self, event: str) -> None:
+        if event == "lost":
+            log.warning("metadata session lost: refusing adds until re-registered")
+            self._registered_event.clear()
+        elif event == "restored":
+            log.warning("metadata session restored: re-registering")
+            assert self._loop is not None
+            self._loop.create_task(self._register())
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _apply_replayed(self, rec: Record) -> None:
+        engine = self.engine
+        assert engine is not None
+        if rec.type == ADD:
+            engine.add_entry(rec.ledger_id, rec.entry_id, rec.data)
+        elif rec.type == FENCE:
+            engine.set_fenced(rec.ledger_id)
+        elif rec.type == MASTER_KEY:
+            engine.set_master_key(rec.ledger_id, rec.data)
+
+    def _load_ledger_state(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        for lid in engine.list_ledgers():
+            key = engine.get_master_key(lid)
+            if key is not None:
+                self._master_keys[lid] = key
+            if engine.is_fenced(lid):
+                self._fenced.add(lid)
+            last = engine.last_entry_id(lid)
+            if last >= 0:
+                try:
+                    _, _, lac = parse_entry_header(engine.get_entry(lid, last))
+                    self._lac[lid] = lac
+                except LedgerStoreError:
+                    self._lac[lid] = -1
+
+    def checkpoint(self) -> None:
+        """Flush the engine and advance the journal mark (runs in a worker thread)."""
+        assert self.engine is not None and self.journal is not None
+        with self._checkpoint_lock:
+            mark = self.journal.durable_mark()
+            self.engine.flush()
+            self.journal.checkpoint_done(mark)
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config.flush_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.checkpoint)
+            except Exception:
+                log.exception("checkpoint failed; will retry")
+
+    # --- disks ---------------------------------------------------------------------------------
+
+    def _disk_usage(self) -> tuple[int, int, int]:
+        total = used = free = 0
+        seen = set()
+        for d in self.ledger_dirs:
+            try:
+                st = os.statvfs(d)
+            except OSError:
+                continue
+            if st.f_fsid in seen:
+                continue
+            seen.add(st.f_fsid)
+            du = shutil.disk_usage(d)
+            total += du.total
+            used += du.used
+            free += du.free
+        return total, used, free
+
+    def _update_disk_state(self) -> bool:
+        total, used, _ = self._disk_usage()
+        frac = used / total if total else 0.0
+        was = self.read_only
+        if self.forced_read_only:
+            self.read_only = True
+        elif frac >= self.config.disk_usage_threshold:
+            self.read_only = True
+        elif frac < self.config.disk_usage_lwm:
+            self.read_only = False
+        if self.read_only != was:
+            log.warning("bookie %s is now %s (disk %.1f%% used)", self.bookie_id, "READ-ONLY" if self.read_only else "writable", frac * 100)
+        return self.read_only != was
+
+    async def set_read_only(self, read_only: bool) -> None:
+        """Force read-only (admin) or return to disk-driven state."""
+        self.forced_read_only = read_only
+        self._update_disk_state()
+        if not read_only:
+            self.read_only = False
+            self._update_disk_state()
+        await self._register()
+
+    async def _disk_check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.disk_check_interval_ms / 1000.0)
+            if self._update_disk_state():
+                try:
+                    await self._register()
+                except LedgerStoreError as exc:
+                    log.warning("could not update registration: %s", exc)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def frames_received(self, conn: ServerConnection, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            try:
+                req = codec.decode_request(frame, self.config.max_frame_size)
+            except ProtocolError as exc:
+                self._bad_request(conn, frame, exc)
+                continue
+            if isinstance(req, codec.AddRequest):
+                self._handle_add(conn, req)
+            elif isinstance(req, codec.ReadRequest):
+                self._handle_read(conn, req)
+            elif isinstance(req, codec.ReadLacRequest):
+                self._handle_read_lac(conn, req)
+            elif isinstance(req, codec.LongPollLacRequest):
+                self._handle_long_poll(conn, req)
+            else:
+                total, _, free = self._disk_usage()
+                conn.send(codec.encode_bookie_info_response(
+                    req.request_id, Status.OK, free, total, len(self._master_keys), self.read_only))
+
+    def connection_lost(self, conn: ServerConnection) -> None:
+        for lid, waiters in list(self._lac_waiters.items()):
+            keep = [w for w in waiters if w[1] is not conn]
+            for w in waiters:
+                if w[1] is conn:
+                    w[4].cancel()
+            if keep:
+                self._lac_waiters[lid] = keep
+            else:
+                del self._lac_waiters[lid]
+
+    def _bad_request(self, conn: ServerConnection, frame: bytes, exc: Exception) -> None:
+        self.counters.bad_requests += 1
+        if len(frame) >= codec.HEADER_SIZE:
+            _, op, _, rid = codec.HEADER.unpack_from(frame)
+            conn.send(codec.encode_error_response(op, rid, Status.BAD_REQUEST))
+        else:
+            conn.send(codec.encode_error_response(0, 0, Status.BAD_REQUEST))
+        if self.counters.bad_requests % 1000 == 1:
+            log.warning("bad request from %s: %s (%d so far)", conn.peer, exc, self.counters.bad_requests)
+
+    def _check_key(self, ledger_id: int, key: bytes) -> int | None:
+        """Status to refuse with, or None. Records the key of a ledger new to this bookie."""
+        known = self._master_keys.get(ledger_id)
+        if known is None:
+            if not key:
+                return Status.UNAUTHORIZED
+            assert self.engine is not None and self.journal is not None
+            self.engine.set_master_key(ledger_id, key)
+            self._master_keys[ledger_id] = key
+            self.journal.append(encode_record(MASTER_KEY, ledger_id, 0, key), None)
+            return None
+        if known != key:
+            return Status.UNAUTHORIZED
+        return None
+
+    def _handle_add(self, conn: ServerConnection, req: codec.AddRequest) -> None:
+        c = self.counters
+        c.add_requests += 1
+        status = None
+        if self.read_only or not self._registered_event.is_set():
+            status = Status.READ_ONLY
+        elif self.journal is None or self.journal.failed is not None:
+            status = Status.IO_ERROR
+        else:
+            status = self._check_key(req.ledger_id, req.master_key)
+            if status is None and req.ledger_id in self._fenced and not req.flags & FLAG_RECOVERY_ADD:
+                status = Status.FENCED
+        entry = req.entry
+        if status is None:
+            try:
+                lid, eid, lac = parse_entry_header(entry)
+            except LedgerStoreError:
+                lid = eid = lac = -1
+            if lid != req.ledger_id or eid != req.entry_id:
+                status = Status.BAD_REQUEST
+        if status is not None:
+            c.rejected_adds[Status(status).name] += 1
+            conn.send(codec.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id))
+            return
+        assert self.engine is not None and self.journal is not None
+        try:
+            self.engine.add_entry(req.ledger_id, req.entry_id, entry)
+        except (LedgerStoreError, OSError) as exc:
+            log.error("storage failed to add ledger %d entry %d: %s", req.ledger_id, req.entry_id, exc)
+            conn.send(codec.encode_add_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id))
+            return
+        c.add_bytes += len(entry)
+        if lac > self._lac.get(req.ledger_id, -1):
+            self._lac[req.ledger_id] = lac
+            if req.ledger_id in self._lac_waiters:
+                self._wake_lac_waiters(req.ledger_id)
+        self.journal.append(
+            encode_record(ADD, req.ledger_id, req.entry_id, entry),
+            (conn, codec.encode_add_response(req.request_id, Status.OK, req.ledger_id, req.entry_id)),
+        )
+
+    def _on_durable(self, tokens: list[Any]) -> None:
+        """A journal group is on disk: answer every request waiting for it (on the loop)."""
+        for token in tokens:
+            if token is None:
+                continue
+            if token[0] == "journal-error":  # the writer failed: answer everyone with an IO error
+                for t in token[2]:
+                    if t is not None and len(t) == 2:
+                        conn, ok_frame = t
+                        _, op, _, rid = codec.HEADER.unpack_from(ok_frame)
+                        conn.send(codec.encode_error_response(op, rid, Status.IO_ERROR))
+                continue
+            conn, frame = token
+            if callable(frame):
+                frame()
+            else:
+                conn.send(frame)
+
+    def _fence(self, conn: ServerConnection, ledger_id: int, key: bytes, then: Any) -> bool:
+        """Fence durably, then run ``then()``. Returns False (after answering) if refused."""
+        assert self.engine is not None and self.journal is not None
+        status = self._check_key(ledger_id, key)
+        if status is not None:
+            return False
+        if ledger_id not in self._fenced:
+            self.engine.set_fenced(ledger_id)
+            self._fenced.add(ledger_id)
+        # Answer only once the fence record (and everything queued before it) is durable.
+        self.journal.append(encode_record(FENCE, ledger_id, 0), (conn, then))
+        return True
+
+    def _handle_read(self, conn: ServerConnection, req: codec.ReadRequest) -> None:
+        self.counters.read_requests += 1
+        if req.flags & FLAG_FENCE:
+            if not self._fence(conn, req.ledger_id, req.master_key, lambda: conn.send(self._read_response(req))):
+                conn.send(codec.encode_read_response(req.request_id, Status.UNAUTHORIZED, req.ledger_id, req.entry_id))
+            return
+        conn.send(self._read_response(req))
+
+    def _read_response(self, req: codec.ReadRequest) -> bytes:
+        assert self.engine is not None
+        try:
+            data = self.engine.get_entry(req.ledger_id, req.entry_id)
+        except NoSuchLedgerError:
+            return codec.encode_read_response(req.request_id, Status.NO_SUCH_LEDGER, req.ledger_id, req.entry_id)
+        except NoSuchEntryError:
+            return codec.encode_read_response(req.request_id, Status.NO_SUCH_ENTRY, req.ledger_id, req.entry_id)
+        except (BookieIOError, OSError) as exc:
+            log.error("read of ledger %d entry %d failed: %s", req.ledger_id, req.entry_id, exc)
+            return codec.encode_read_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id)
+        return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data)
+
+    def _lac_response(self, op: Op, rid: int, ledger_id: int) -> bytes:
+        assert self.engine is not None
+        if ledger_id not in self._master_keys:
+            return codec.encode_lac_response(op, rid, Status.NO_SUCH_LEDGER, ledger_id, -1, -1)
+        try:
+            last = self.engine.last_entry_id(ledger_id)
+        except NoSuchLedgerError:
+            last = -1
+        return codec.encode_lac_response(op, rid, Status.OK, ledger_id, self._lac.get(ledger_id, -1), last)
+
+    def _handle_read_lac(self, conn: ServerConnection, req: codec.ReadLacRequest) -> None:
+        self.counters.read_requests += 1
+        if req.flags & FLAG_FENCE:
+            then = lambda: conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))  # noqa: E731
+            if not self._fence(conn, req.ledger_id, req.master_key, then):
+                conn.send(codec.encode_lac_response(Op.READ_LAC, req.request_id, Status.UNAUTHORIZED, req.ledger_id, -1, -1))
+            return
+        conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))
+
+    def _handle_long_poll(self, conn: ServerConnection, req: codec.LongPollLacRequest) -> None:
+        lac = self._lac.get(req.ledger_id, -1)
+        if lac > req.known_lac or req.timeout_ms == 0 or req.ledger_id in self._fenced:
+            conn.send(self._lac_response(Op.LONG_POLL_LAC, req.request_id, req.ledger_id))
+            return
+        assert self._loop is not None
+        timeout = min(req.timeout_ms, 600_000) / 1000.0
+        waiter_list = self._lac_waiters[req.ledger_id]
+        if len(waiter_list) > 10_000:
+            conn.send(codec.encode_lac_response(Op.LONG_POLL_LAC, req.request_id, Status.TOO_MANY_REQUESTS, req.ledger_id, -1, -1))
+            return
+        handle = self._loop.call_later(timeout, self._expire_waiter, req.ledger_id, req.request_id, conn)
+        waiter_list.append((req.known_lac, conn, req.request_id, Op.LONG_POLL_LAC, handle))
+
+    def _expire_waiter(self, ledger_id: int, rid: int, conn: ServerConnection) -> None:
+        waiters = self._lac_waiters.get(ledger_id, [])
+        for i, w in enumerate(waiters):
+            if w[2] == rid and w[1] is conn:
+                del waiters[i]
+                conn.send(self._lac_response(Op.LONG_POLL_LAC, rid, ledger_id))
+                break
+        if not waiters:
+            self._lac_waiters.pop(ledger_id, None)
+
+    def _wake_lac_waiters(self, ledger_id: int) -> None:
+        lac = self._lac.get(ledger_id, -1)
+        keep = []
+        for w in self._lac_waiters.pop(ledger_id, []):
+            if lac > w[0]:
+                w[4].cancel()
+                w[1].send(self._lac_response(Op.LONG_POLL_LAC, w[2], ledger_id))
+            else:
+                keep.append(w)
+        if keep:
+            self._lac_waiters[ledger_id] = keep
+
+
+async def run_bookie(config: BookieConfig, ready: Any = None) -> None:
+    """Run a bookie until cancelled or SIGTERM/SIGINT (used by the CLI)."""
+    import signal
+
+    bookie = Bookie(config)
+    await bookie.start()
+    if ready is not None:
+        ready(bookie)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await bookie.stop()

@@ -1,0 +1,115 @@
+"""The ``ledgerstore`` command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import click
+
+from ledgerstore import __version__
+from ledgerstore.cli.common import emit, handle_errors, run_async, setup_logging
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ledgerstore")
+def cli() -> None:
+    """ledgerstore: BookKeeper's replicated log in Python, every backend a plugin."""
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), required=True, help="bookie TOML file")
+@click.option("--log-level", default="INFO", show_default=True)
+@handle_errors
+def bookie(config_path: str, log_level: str) -> None:
+    """Run one bookie from a config file until SIGTERM/Ctrl-C."""
+    from ledgerstore.bookie.server import run_bookie
+    from ledgerstore.config import load_bookie_config
+    from ledgerstore.runtime import install_fast_loop
+
+    setup_logging(log_level)
+    cfg = load_bookie_config(config_path)
+    install_fast_loop()
+    run_async(run_bookie(cfg, ready=lambda b: print(f"bookie {b.bookie_id} ready", flush=True)))
+
+
+@cli.command()
+@handle_errors
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def plugins(as_json: bool) -> None:
+    """List every installed backend and hook implementation with its distribution."""
+    from ledgerstore.plugins import describe_plugins, hooks
+
+    rows = [dataclasses.asdict(p) for p in describe_plugins()]
+    for plugin in hooks().get_plugins():
+        name = hooks().get_name(plugin) or repr(plugin)
+        impls = [h.name for h in hooks().get_hookcallers(plugin) or []]
+        if not any(r["slot"] == "hooks" and r["name"] == name for r in rows):
+            rows.append({"slot": "hooks", "name": name, "target": ", ".join(impls), "distribution": "", "version": "", "error": ""})
+    for r in rows:
+        r["status"] = "ok" if not r["error"] else f"broken: {r['error']}"
+    emit(rows, as_json, ["slot", "name", "target", "distribution", "version", "status"], title="ledgerstore plugins")
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Configuration files."""
+
+
+@config_group.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--kind", type=click.Choice(["bookie", "client"]), default=None,
+              help="which config the file holds (default: from its [bookie]/[client] table)")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def config_check(path: str, kind: str | None, as_json: bool) -> None:
+    """Validate a config file and print the effective configuration."""
+    import tomllib
+
+    from ledgerstore.config import BookieConfig, ClientConfig, load, to_toml
+
+    if kind is None:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            from ledgerstore.errors import ConfigError
+
+            raise ConfigError(f"{path}: {exc}") from None
+        kind = "client" if "client" in raw and "bookie" not in raw else "bookie"
+    cls = BookieConfig if kind == "bookie" else ClientConfig
+    cfg = load(cls, kind, path)
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(cfg), indent=2))
+    else:
+        click.echo(f"# {path}: valid {kind} configuration; effective values:")
+        click.echo(to_toml(cfg, kind))
+
+
+def _register_subcommands() -> None:
+    from ledgerstore.cli import shell, standalone
+
+    cli.add_command(standalone.standalone)
+    cli.add_command(shell.shell)
+    try:
+        from ledgerstore.cli import bench
+
+        cli.add_command(bench.bench)
+    except ImportError:
+        pass
+    from ledgerstore.plugins import hooks
+
+    for cmds in hooks().hook.ledgerstore_cli_commands():
+        for c in cmds or []:
+            cli.add_command(c)
+
+
+def main() -> None:
+    _register_subcommands()
+    cli(prog_name="ledgerstore")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,219 @@
+"""``ledgerstore shell``: BookKeeper-shell-style administration commands."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from rich.progress import Progress
+
+from ledgerstore.cli.common import console, emit, handle_errors, run_async
+
+T = TypeVar("T")
+
+
+class ShellContext:
+    def __init__(self, metadata: str | None, config: str | None) -> None:
+        self.metadata = metadata
+        self.config = config
+
+    def client_kwargs(self) -> dict[str, Any]:
+        from ledgerstore.errors import ConfigError
+
+        if self.config:
+            from ledgerstore.config import load_client_config
+
+            return {"config": load_client_config(self.config, **({"metadata": self.metadata} if self.metadata else {}))}
+        if not self.metadata:
+            raise ConfigError("no metadata store: pass --metadata URI, --config client.toml or set LEDGERSTORE_METADATA")
+        return {"metadata": self.metadata}
+
+    def with_client(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        from ledgerstore.aio import Client
+
+        async def go() -> T:
+            async with Client(**self.client_kwargs()) as client:
+                return await fn(client)
+
+        return run_async(go())
+
+
+pass_ctx = click.make_pass_decorator(ShellContext)
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+
+
+@click.group()
+@click.option("--metadata", envvar="LEDGERSTORE_METADATA", help="metadata store URI (or $LEDGERSTORE_METADATA)")
+@click.option("--config", type=click.Path(dir_okay=False), help="client TOML config")
+@click.pass_context
+def shell(ctx: click.Context, metadata: str | None, config: str | None) -> None:
+    """Administration commands (named as in `bookkeeper shell`)."""
+    ctx.obj = ShellContext(metadata, config)
+
+
+@shell.command()
+@click.option("-e", "--ensemble", default=3, show_default=True)
+@click.option("-w", "--write-quorum", default=2, show_default=True)
+@click.option("-a", "--ack-quorum", default=2, show_default=True)
+@click.option("-n", "--entries", default=100, show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def simpletest(sc: ShellContext, ensemble: int, write_quorum: int, ack_quorum: int, entries: int, as_json: bool) -> None:
+    """Create a ledger, write entries, read them back, delete it."""
+
+    async def go(client: Any) -> dict[str, Any]:
+        lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=b"simpletest")
+        payloads = [os.urandom(64) for _ in range(entries)]
+        t0 = time.perf_counter()
+        with Progress(console=console, transient=True, disable=as_json) as progress:
+            task = progress.add_task("writing", total=entries)
+            futs = []
+            for p in payloads:
+                f = lh.append_async(p)
+                f.add_done_callback(lambda _f: progress.advance(task))
+                futs.append(f)
+            import asyncio
+
+            await asyncio.gather(*futs)
+        t_write = time.perf_counter() - t0
+        await lh.close()
+        rh = await client.open_ledger(lh.ledger_id, b"simpletest", recovery=False)
+        got = await rh.read(0, entries - 1) if entries else []
+        ok = [e.payload for e in got] == payloads
+        await client.delete_ledger(lh.ledger_id)
+        if not ok:
+            from ledgerstore.errors import LedgerStoreError
+
+            raise LedgerStoreError(f"simpletest: ledger {lh.ledger_id} read back different data")
+        return {"ledger_id": lh.ledger_id, "entries": entries, "ensemble": lh.md.ensembles[0][1],
+                "write_seconds": round(t_write, 4), "result": "ok"}
+
+    r = sc.with_client(go)
+    if as_json:
+        emit(r, True)
+    else:
+        console.print(f"[green]simpletest ok[/green]: {r['entries']} entries written to ledger {r['ledger_id']} on "
+                      f"{', '.join(r['ensemble'])} in {r['write_seconds']}s, read back, deleted")
+
+
+@shell.command()
+@click.option("-rw", "--readwrite", is_flag=True, help="only writable bookies")
+@click.option("-ro", "--readonly", is_flag=True, help="only read-only bookies")
+@json_option
+@pass_ctx
+@handle_errors
+def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, as_json: bool) -> None:
+    """List registered bookies."""
+    import dataclasses
+
+    ro = True if readonly and not readwrite else (False if readwrite and not readonly else None)
+    infos = sc.with_client(lambda c: c.list_bookies(ro))
+    rows = [dataclasses.asdict(b) for b in sorted(infos, key=lambda b: b.bookie_id)]
+    for r in rows:
+        r["state"] = "read-only" if r["read_only"] else "writable"
+        r.pop("extra", None)
+    emit(rows, as_json, ["bookie_id", "endpoint", "state", "rack", "region", "free_bytes", "ledger_count"],
+         title=f"{len(rows)} bookies")
+
+
+@shell.command()
+@click.option("-m", "--meta", is_flag=True, help="print each ledger's metadata too")
+@json_option
+@pass_ctx
+@handle_errors
+def listledgers(sc: ShellContext, meta: bool, as_json: bool) -> None:
+    """List ledger ids."""
+
+    async def go(client: Any) -> list[dict[str, Any]]:
+        out = []
+        for lid in await client.list_ledgers():
+            row: dict[str, Any] = {"ledger_id": lid}
+            if meta:
+                md = await client.ledger_metadata(lid)
+                row.update(state=md.state.value, last_entry_id=md.last_entry_id, length=md.length,
+                           ensembles=len(md.ensembles), quorum=f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}")
+            out.append(row)
+        return out
+
+    rows = sc.with_client(go)
+    emit(rows, as_json, ["ledger_id", "state", "last_entry_id", "length", "quorum"] if meta else ["ledger_id"],
+         title=f"{len(rows)} ledgers")
+
+
+@shell.command()
+@click.option("-l", "--ledgerid", "ledger_id", type=int, required=True)
+@json_option
+@pass_ctx
+@handle_errors
+def ledgermetadata(sc: ShellContext, ledger_id: int, as_json: bool) -> None:
+    """Print a ledger's metadata."""
+    md = sc.with_client(lambda c: c.ledger_metadata(ledger_id))
+    emit(md.to_dict(), as_json, title=f"ledger {ledger_id}")
+
+
+@shell.command()
+@click.option("-l", "--ledgerid", "ledger_id", type=int, required=True)
+@click.option("-fe", "--firstentryid", "first", type=int, default=0, show_default=True)
+@click.option("-le", "--lastentryid", "last", type=int, default=-1, help="default: the last entry")
+@click.option("-p", "--password", default="", help="ledger password (text)")
+@click.option("-r", "--recovery", is_flag=True, help="open with recovery (fences an open ledger)")
+@click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]), default="text", show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password: str, recovery: bool, fmt: str,
+               as_json: bool) -> None:
+    """Read entries of a ledger."""
+
+    async def go(client: Any) -> list[Any]:
+        rh = await client.open_ledger(ledger_id, password.encode(), recovery=recovery)
+        end = rh.last_add_confirmed if last < 0 else last
+        return list(await rh.read(first, end)) if end >= first else []
+
+    entries = sc.with_client(go)
+
+    def show(p: bytes) -> str:
+        if fmt == "hex":
+            return p.hex()
+        if fmt == "base64":
+            return base64.b64encode(p).decode()
+        return p.decode("utf-8", errors="backslashreplace")
+
+    rows = [{"entry_id": e.entry_id, "lac": e.last_add_confirmed, "size": len(e.payload), "payload": show(e.payload)}
+            for e in entries]
+    emit(rows, as_json, ["entry_id", "size", "payload"], title=f"ledger {ledger_id}: {len(rows)} entries")
+
+
+@shell.command()
+@click.option("-l", "--ledgerid", "ledger_id", type=int, required=True)
+@click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")
+@json_option
+@pass_ctx
+@handle_errors
+def deleteledger(sc: ShellContext, ledger_id: int, force: bool, as_json: bool) -> None:
+    """Delete a ledger."""
+    if not force and not click.confirm(f"delete ledger {ledger_id}?", default=False):
+        raise click.Abort()
+    sc.with_client(lambda c: c.delete_ledger(ledger_id))
+    if as_json:
+        emit({"ledger_id": ledger_id, "deleted": True}, True)
+    else:
+        console.print(f"deleted ledger {ledger_id}")
+
+
+@shell.command()
+@json_option
+@pass_ctx
+@handle_errors
+def whatisinstanceid(sc: ShellContext, as_json: bool) -> None:
+    """Print the cluster's instance id."""
+    iid = sc.with_client(lambda c: c.instance_id())
+    if as_json:
+        emit({"instance_id": iid}, True)
+    else:
+        console.print(iid or "(no cluster initialised)")

@@ -1,0 +1,192 @@
+"""Per-bookie request channels: request ids, pipelining, timeouts and reconnects, done once in
+core on top of any transport."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ledgerstore.api import Connection, Transport
+from ledgerstore.errors import BookieUnavailableError, LedgerStoreError, ProtocolError, TimeoutError_
+from ledgerstore.plugins import create_transport
+from ledgerstore.proto import codec
+
+log = logging.getLogger(__name__)
+
+ResponseCallback = Callable[[codec.Response | None, BaseException | None], None]
+Resolver = Callable[[str], Any]  # async (bookie_id) -> endpoint URI
+
+
+class BookieChannel:
+    """All requests to one bookie go through one connection, many in flight."""
+
+    def __init__(self, pool: ChannelPool, bookie_id: str) -> None:
+        self.pool = pool
+        self.bookie_id = bookie_id
+        self._loop = pool.loop
+        self._conn: Connection | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._queued: list[bytes] = []
+        self._pending: dict[int, ResponseCallback] = {}
+        self._deadlines: list[tuple[float, int]] = []
+        self._rids = itertools.count(1)
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._retry_after = 0.0
+
+    def next_rid(self) -> int:
+        return next(self._rids)
+
+    def send(self, rid: int, frame: bytes, callback: ResponseCallback, timeout: float) -> None:
+        """Send ``frame`` (encoded with request id ``rid``); ``callback`` gets the response or an
+        error exactly once."""
+        self._pending[rid] = callback
+        heapq.heappush(self._deadlines, (self._loop.time() + timeout, rid))
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(0.05, self._sweep)
+        conn = self._conn
+        if conn is not None and not conn.is_closed:
+            try:
+                conn.send(frame)
+            except LedgerStoreError as exc:
+                self._fail(rid, exc)
+            return
+        if self._loop.time() < self._retry_after and self._connecting is None:
+            self._fail(rid, BookieUnavailableError(f"bookie {self.bookie_id} is unreachable (recent connect failed)"))
+            return
+        self._queued.append(frame)
+        if self._connecting is None:
+            self._connecting = self._loop.create_task(self._connect())
+
+    def request(self, build: Callable[[int], bytes], timeout: float) -> asyncio.Future[codec.Response]:
+        """Convenience: send ``build(rid)`` and return a future of the response."""
+        fut: asyncio.Future[codec.Response] = self._loop.create_future()
+
+        def done(resp: codec.Response | None, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(resp)  # type: ignore[arg-type]
+
+        rid = self.next_rid()
+        self.send(rid, build(rid), done, timeout)
+        return fut
+
+    async def _connect(self) -> None:
+        try:
+            endpoint = await self.pool.resolve(self.bookie_id)
+            transport = self.pool.transport_for(endpoint)
+            conn = await transport.connect(endpoint, self._on_frames, self._on_close)
+        except (LedgerStoreError, OSError) as exc:
+            self._retry_after = self._loop.time() + self.pool.reconnect_backoff
+            queued, self._queued = self._queued, []
+            err = exc if isinstance(exc, BookieUnavailableError) else BookieUnavailableError(
+                f"cannot reach bookie {self.bookie_id}: {exc}")
+            log.debug("connect to %s failed: %s", self.bookie_id, exc)
+            for frame in queued:
+                _, _, _, rid = codec.HEADER.unpack_from(frame)
+                self._fail(rid, err)
+            return
+        finally:
+            self._connecting = None
+        self._conn = conn
+        queued, self._queued = self._queued, []
+        for frame in queued:
+            try:
+                conn.send(frame)
+            except LedgerStoreError as exc:
+                _, _, _, rid = codec.HEADER.unpack_from(frame)
+                self._fail(rid, exc)
+
+    def _on_frames(self, frames: Sequence[bytes]) -> None:
+        pending = self._pending
+        for frame in frames:
+            try:
+                resp = codec.decode_response(frame)
+            except ProtocolError as exc:
+                log.warning("bookie %s sent a malformed response (%s); dropping the connection", self.bookie_id, exc)
+                if self._conn is not None:
+                    self._loop.create_task(self._conn.close())
+                return
+            cb = pending.pop(resp.request_id, None)
+            if cb is not None:
+                cb(resp, None)
+
+    def _on_close(self, exc: BaseException | None) -> None:
+        self._conn = None
+        pending, self._pending = self._pending, {}
+        self._deadlines.clear()
+        err = BookieUnavailableError(f"connection to bookie {self.bookie_id} lost" + (f": {exc}" if exc else ""))
+        for cb in pending.values():
+            cb(None, err)
+
+    def _fail(self, rid: int, exc: BaseException) -> None:
+        cb = self._pending.pop(rid, None)
+        if cb is not None:
+            cb(None, exc)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = self._loop.time()
+        dl = self._deadlines
+        while dl and dl[0][0] <= now:
+            _, rid = heapq.heappop(dl)
+            if rid in self._pending:
+                self._fail(rid, TimeoutError_(f"bookie {self.bookie_id} did not answer request {rid} in time"))
+        if self._pending or dl:
+            if not self._pending:
+                dl.clear()
+                return
+            self._sweeper = self._loop.call_later(0.05, self._sweep)
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._conn is not None:
+            await self._conn.close()
+        self._on_close(None)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+
+class ChannelPool:
+    """Channels to every bookie a client talks to, and the transports they use."""
+
+    def __init__(self, resolve: Resolver, transport_options: dict[str, Any], max_frame_size: int,
+                 reconnect_backoff: float = 0.5) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.resolve = resolve
+        self.transport_options = transport_options
+        self.max_frame_size = max_frame_size
+        self.reconnect_backoff = reconnect_backoff
+        self._channels: dict[str, BookieChannel] = {}
+        self._transports: dict[str, Transport] = {}
+
+    def get(self, bookie_id: str) -> BookieChannel:
+        ch = self._channels.get(bookie_id)
+        if ch is None:
+            ch = self._channels[bookie_id] = BookieChannel(self, bookie_id)
+        return ch
+
+    def transport_for(self, endpoint: str) -> Transport:
+        scheme = endpoint.partition("://")[0]
+        t = self._transports.get(scheme)
+        if t is None:
+            opts = dict(self.transport_options.get(scheme, self.transport_options) if isinstance(
+                self.transport_options.get(scheme), dict) else self.transport_options)
+            opts = {k: v for k, v in opts.items() if not isinstance(v, dict)}
+            t = self._transports[scheme] = create_transport(scheme, max_frame_size=self.max_frame_size, **opts)
+        return t
+
+    async def close(self) -> None:
+        for ch in list(self._channels.values()):
+            await ch.close()
+        self._channels.clear()

@@ -1,0 +1,176 @@
+"""The asyncio client: ``ledgerstore.aio.Client``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy
+from ledgerstore.client.channel import ChannelPool
+from ledgerstore.client.ledger import LedgerHandle, ReadHandle, recover
+from ledgerstore.config import ClientConfig, load_client_config
+from ledgerstore.errors import (
+    BookieUnavailableError,
+    InvalidArgumentError,
+    LedgerStoreError,
+    UnauthorizedAccessError,
+)
+from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
+from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
+from ledgerstore.plugins import create_metadata_store, load_driver, notify
+from ledgerstore.proto.digest import DIGEST_TYPES, password_check
+
+log = logging.getLogger(__name__)
+
+
+class Client:
+    """Creates, opens, reads and deletes ledgers. Use ``async with Client(metadata=URI)``.
+
+    ``metadata`` is a metadata-store URI (``sqlite:///path.db``, ``zk://host:2181/ledgers``,
+    ``etcd://host:2379/ledgers``); other keyword arguments override :class:`ClientConfig` fields.
+    """
+
+    def __init__(self, metadata: str | None = None, *, config: ClientConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            if metadata is not None:
+                overrides["metadata"] = metadata
+            config = load_client_config(None, **overrides)
+        elif metadata is not None or overrides:
+            raise InvalidArgumentError("pass either config= or metadata=/overrides, not both")
+        self.config = config
+        self.store: MetadataStore | None = None
+        self._started = False
+        self._bookie_cache: tuple[float, list[BookieInfo]] = (0.0, [])
+        self._endpoints: dict[str, str] = {}
+        self.placement: PlacementPolicy = load_driver("placement", config.placement)(**config.placement_options)
+
+    @classmethod
+    def from_config(cls, path: str, **overrides: Any) -> Client:
+        return cls(config=load_client_config(path, **overrides))
+
+    async def start(self) -> Client:
+        if self._started:
+            return self
+        self.loop = asyncio.get_running_loop()
+        self.store = create_metadata_store(self.config.metadata, **self.config.metadata_options)
+        await self.store.start()
+        self.ledgers = LedgerManager(self.store)
+        self.registry = BookieRegistry(self.store)
+        self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size)
+        self._started = True
+        notify("ledgerstore_client_started", client=self)
+        return self
+
+    async def close(self) -> None:
+        if not self._started:
+            return
+        notify("ledgerstore_client_stopping", client=self)
+        self._started = False
+        await self.pool.close()
+        assert self.store is not None
+        await self.store.close()
+
+    async def __aenter__(self) -> Client:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- bookies -------------------------------------------------------------------------------
+
+    async def _resolve(self, bookie_id: str) -> str:
+        ep = self._endpoints.get(bookie_id)
+        if ep is None:
+            ep = await self.registry.endpoint_of(bookie_id)
+            if ep is None:
+                raise BookieUnavailableError(f"bookie {bookie_id} is not registered and has no cookie: unknown address")
+            self._endpoints[bookie_id] = ep
+        return ep
+
+    async def bookie_infos(self, max_age: float = 1.0) -> list[BookieInfo]:
+        """Registered bookies (writable and read-only), cached for ``max_age`` seconds."""
+        ts, infos = self._bookie_cache
+        if time.monotonic() - ts > max_age:
+            infos = await self.registry.all()
+            self._bookie_cache = (time.monotonic(), infos)
+            for b in infos:
+                self._endpoints[b.bookie_id] = b.endpoint
+        return infos
+
+    async def list_bookies(self, read_only: bool | None = None) -> list[BookieInfo]:
+        infos = await self.bookie_infos(max_age=0)
+        if read_only is None:
+            return infos
+        return [b for b in infos if b.read_only == read_only]
+
+    def _read_order(self, ensemble: Sequence[str], write_set: Sequence[int]) -> list[int]:
+        return self.placement.reorder_read_sequence(ensemble, write_set, self._bookie_cache[1])
+
+    # --- ledgers -------------------------------------------------------------------------------
+
+    async def create_ledger(
+        self,
+        ensemble: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        digest: str | None = None,
+        password: bytes = b"",
+        custom_metadata: dict[str, str] | None = None,
+    ) -> LedgerHandle:
+        """Create a ledger on ``ensemble`` bookies and return its writer."""
+        e = self.config.ensemble if ensemble is None else ensemble
+        qw = self.config.write_quorum if write_quorum is None else write_quorum
+        qa = self.config.ack_quorum if ack_quorum is None else ack_quorum
+        dt = digest or self.config.digest
+        if not e >= qw >= qa >= 1:
+            raise InvalidArgumentError(f"need ensemble >= write_quorum >= ack_quorum >= 1, got {e}/{qw}/{qa}")
+        if dt not in DIGEST_TYPES:
+            raise InvalidArgumentError(f"unknown digest {dt!r}; choose one of {', '.join(DIGEST_TYPES)}")
+        if not isinstance(password, bytes):
+            raise InvalidArgumentError("password must be bytes")
+        bookies = await self.bookie_infos(max_age=0)
+        chosen = self.placement.new_ensemble(e, qw, qa, bookies)
+        lid = await self.ledgers.new_ledger_id()
+        md = LedgerMetadata(
+            ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,
+            password_check=password_check(password), ensembles=[(0, chosen)], custom=dict(custom_metadata or {}),
+        )
+        md = await self.ledgers.create(md)
+        notify("ledgerstore_ledger_created", ledger_id=lid, metadata=md)
+        return LedgerHandle(self, md, password)
+
+    async def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+        """Open a ledger for reading. With ``recovery`` (the default) an open ledger is fenced,
+        its tail recovered and it is closed; without, nothing is changed and reads go up to the
+        LAC the bookies report."""
+        md = await self.ledgers.read(ledger_id)
+        if md.password_check != password_check(password):
+            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+        if recovery and not md.is_closed:
+            md = await recover(self, md, password)
+        handle = ReadHandle(self, md, password)
+        if not md.is_closed:
+            await handle.read_last_add_confirmed()
+        return handle
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger's metadata; bookies reclaim its space by garbage collection."""
+        await self.ledgers.delete(ledger_id)
+        from ledgerstore.plugins import notify as _notify
+
+        _notify("ledgerstore_ledger_deleted", ledger_id=ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        return [lid async for lid in self.ledgers.list()]
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return await self.ledgers.read(ledger_id)
+
+    async def instance_id(self) -> str | None:
+        return await ClusterManager(self.store).instance_id()  # type: ignore[arg-type]
+
+
+__all__ = ["Client", "LedgerHandle", "ReadHandle", "LedgerStoreError"]

@@ -1,0 +1,601 @@
+"""Ledger handles: the writer (pipelined striped adds, in-order acks, ensemble change, close)
+and the reader (reads with replica fallback, LAC, long-poll tailing), and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from ledgerstore.errors import (
+    AddFailedError,
+    BadVersionError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    InvalidArgumentError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerRecoveryError,
+    LedgerStoreError,
+    NoSuchEntryError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+    error_for_status,
+)
+from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
+from ledgerstore.plugins import notify
+from ledgerstore.proto import codec
+from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
+from ledgerstore.proto.digest import DigestManager, Entry, master_key
+
+if TYPE_CHECKING:
+    from ledgerstore.client.client import Client
+
+log = logging.getLogger(__name__)
+
+_BOOKIE_FAILURES = frozenset({Status.IO_ERROR, Status.READ_ONLY, Status.TOO_MANY_REQUESTS, Status.BAD_REQUEST})
+
+
+class _PendingAdd:
+    __slots__ = ("entry_id", "data", "acked", "future", "sent_to", "done", "failed")
+
+    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int]) -> None:
+        self.entry_id = entry_id
+        self.data = data
+        self.acked: set[int] = set()
+        self.future = future
+        self.sent_to: dict[int, str] = {}
+        self.done = False
+        self.failed: set[int] = set()
+
+
+class ReadHandle:
+    """Reads a ledger. Obtained from ``Client.open_ledger``; also the base of the writer."""
+
+    def __init__(self, client: Client, md: LedgerMetadata, password: bytes) -> None:
+        self.client = client
+        self.md = md
+        self.ledger_id = md.ledger_id
+        self.digest = DigestManager(md.ledger_id, md.digest_type, password)
+        self.master_key = master_key(password)
+        self._lac = md.last_entry_id if md.is_closed else -1
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """Last entry known to be acknowledged (the ledger's last entry once closed)."""
+        return self._lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self.md.is_closed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.md
+
+    @property
+    def length(self) -> int:
+        return self.md.length
+
+    # --- reading --------------------------------------------------------------------------------
+
+    async def read(self, first: int, last: int | None = None, *, allow_beyond_lac: bool = False) -> list[Entry]:
+        """Entries ``first..last`` inclusive (``last`` defaults to the LAC), verified."""
+        if last is None:
+            last = self._lac
+        if first < 0 or last < first:
+            if last == first - 1:
+                return []
+            raise InvalidArgumentError(f"bad entry range {first}..{last} for ledger {self.ledger_id}")
+        if last > self._lac and not allow_beyond_lac:
+            if self.md.is_closed:
+                raise NoSuchEntryError(
+                    f"ledger {self.ledger_id} is closed at entry {self.md.last_entry_id}; asked for up to {last}")
+            raise NoSuchEntryError(
+                f"entry {last} of ledger {self.ledger_id} is beyond the last add confirmed ({self._lac}); "
+                "call read_last_add_confirmed() or pass allow_beyond_lac=True")
+        window = 512
+        out: list[Entry] = []
+        eid = first
+        while eid <= last:
+            hi = min(last, eid + window - 1)
+            out.extend(await asyncio.gather(*(self.read_entry(e) for e in range(eid, hi + 1))))
+            eid = hi + 1
+        return out
+
+    async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000) -> AsyncIterator[Entry]:
+        """Iterate entries in batches (bounded memory)."""
+        end = self._lac if last is None else last
+        eid = first
+        while eid <= end:
+            hi = min(end, eid + batch - 1)
+            for e in await self.read(eid, hi):
+                yield e
+            eid = hi + 1
+
+    async def read_entry(self, entry_id: int, *, fence: bool = False) -> Entry:
+        """One entry, from the first replica of its write set that has it with a valid digest;
+        a speculative request goes to the next replica if one is slow."""
+        md = self.md
+        _, ensemble = md.ensemble_for(entry_id)
+        order = self.client._read_order(ensemble, md.write_set(entry_id))
+        timeout = self.client.config.read_timeout_s
+        spec = self.client.config.speculative_read_timeout_ms / 1000.0
+        flags = FLAG_FENCE if fence else 0
+        key = self.master_key if fence else b""
+        statuses: list[str] = []
+        missing = 0
+        pending: set[asyncio.Future[codec.Response]] = set()
+        owner: dict[asyncio.Future[codec.Response], str] = {}
+        next_i = 0
+
+        def launch() -> None:
+            nonlocal next_i
+            bid = ensemble[order[next_i]]
+            next_i += 1
+            ch = self.client.pool.get(bid)
+            fut = ch.request(lambda rid: codec.encode_read(rid, self.ledger_id, entry_id, key, flags), timeout)
+            pending.add(fut)
+            owner[fut] = bid
+
+        launch()
+        while pending:
+            wait_for = spec if (spec > 0 and next_i < len(order)) else None
+            done, _ = await asyncio.wait(pending, timeout=wait_for, return_when=asyncio.FIRST_COMPLETED)
+            if not done:  # speculative: ask the next replica too
+                launch()
+                continue
+            for fut in done:
+                pending.discard(fut)
+                bid = owner.pop(fut)
+                exc = fut.exception()
+                if exc is not None:
+                    statuses.append(f"{bid}: {exc}")
+                else:
+                    resp = fut.result()
+                    if resp.status == Status.OK:
+                        try:
+                            entry = self.digest.verify(resp.entry, entry_id)
+                        except DigestMismatchError as dexc:
+                            statuses.append(f"{bid}: {dexc}")
+                        else:
+                            for other in pending:
+                                other.cancel()
+                            return entry
+                    elif resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+                        missing += 1
+                        statuses.append(f"{bid}: {Status(resp.status).name}")
+                    elif resp.status == Status.UNAUTHORIZED:
+                        raise UnauthorizedAccessError(f"bookie {bid} refused the password for ledger {self.ledger_id}")
+                    else:
+                        statuses.append(f"{bid}: {Status(resp.status).name}")
+            if not pending and next_i < len(order):
+                launch()
+        if missing == len(order):
+            raise NoSuchEntryError(f"no replica of ledger {self.ledger_id} has entry {entry_id} ({'; '.join(statuses)})")
+        if missing and all("DigestMismatch" not in s and "digest" not in s for s in statuses) and fence:
+            raise NoSuchEntryError(f"entry {entry_id} of ledger {self.ledger_id}: {'; '.join(statuses)}")
+        if any("digest" in s for s in statuses):
+            raise DigestMismatchError(f"entry {entry_id} of ledger {self.ledger_id}: no replica has a valid copy ({'; '.join(statuses)})")
+        raise BookieUnavailableError(f"cannot read entry {entry_id} of ledger {self.ledger_id}: {'; '.join(statuses)}")
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the last fragment's bookies for the LAC (for readers of an open ledger)."""
+        if self.md.is_closed:
+            return self._lac
+        ensemble = self.md.current_ensemble
+        timeout = self.client.config.read_timeout_s
+        futs = [self.client.pool.get(b).request(lambda rid: codec.encode_read_lac(rid, self.ledger_id), timeout)
+                for b in ensemble]
+        best = self._lac
+        ok = 0
+        for r in await asyncio.gather(*futs, return_exceptions=True):
+            if isinstance(r, codec.Response) and r.status == Status.OK:
+                ok += 1
+                best = max(best, r.lac)
+        if ok == 0:
+            await self._refresh_metadata()
+            if self.md.is_closed:
+                return self._lac
+        self._lac = max(self._lac, best)
+        return self._lac
+
+    async def wait_for_lac(self, known: int, timeout: float = 10.0) -> int:
+        """Long-poll: return as soon as the LAC passes ``known`` (or ``timeout`` elapses)."""
+        if self._lac > known:
+            return self._lac
+        if not self.md.is_closed:
+            ensemble = self.md.current_ensemble
+            ms = int(timeout * 1000)
+            futs = [
+                self.client.pool.get(b).request(
+                    lambda rid: codec.encode_long_poll_lac(rid, self.ledger_id, known, ms),
+                    timeout + self.client.config.read_timeout_s,
+                )
+                for b in ensemble
+            ]
+            pending = set(futs)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for f in done:
+                    if not f.exception() and f.result().status == Status.OK:
+                        self._lac = max(self._lac, f.result().lac)
+                if self._lac > known:
+                    break
+            for f in pending:
+                f.cancel()
+        if self._lac <= known:
+            await self._refresh_metadata()
+        return self._lac
+
+    async def _refresh_metadata(self) -> None:
+        md = await self.client.ledgers.read(self.ledger_id)
+        self.md = md
+        if md.is_closed:
+            self._lac = md.last_entry_id
+
+    async def close(self) -> None:
+        """Release the handle (a reader has nothing to persist)."""
+
+
+class LedgerHandle(ReadHandle):
+    """The single writer of a ledger."""
+
+    def __init__(self, client: Client, md: LedgerMetadata, password: bytes) -> None:
+        super().__init__(client, md, password)
+        self._next_entry_id = 0
+        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._by_id: dict[int, _PendingAdd] = {}
+        self._error: LedgerStoreError | None = None
+        self._closing = False
+        self._changing = False
+        self._failed_bookies: set[str] = set()
+        self._length = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._ensemble_task: asyncio.Task[None] | None = None
+
+    # --- adding --------------------------------------------------------------------------------
+
+    def append_async(self, payload: bytes) -> asyncio.Future[int]:
+        """Queue an add; the future resolves to the entry id once Qa bookies acknowledged it and
+        every earlier entry was acknowledged. Must be called on the client's event loop."""
+        loop = self.client.loop
+        fut: asyncio.Future[int] = loop.create_future()
+        if self._error is not None:
+            fut.set_exception(self._error)
+            return fut
+        if self._closing or self.md.is_closed:
+            fut.set_exception(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+            return fut
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            fut.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
+            return fut
+        eid = self._next_entry_id
+        self._next_entry_id += 1
+        data = self.digest.sign(eid, self._lac, bytes(payload))
+        pa = _PendingAdd(eid, data, fut)
+        self._pending.append(pa)
+        self._by_id[eid] = pa
+        self._length += len(payload)
+        self._drained.clear()
+        if len(self._pending) >= self.client.config.max_outstanding_adds > 0:
+            self._space.clear()
+        if not self._changing:
+            self._send(pa)
+        return fut
+
+    async def append(self, payload: bytes) -> int:
+        """Add one entry and wait for its acknowledgement; returns its entry id."""
+        if not self._space.is_set():
+            await self._space.wait()
+        return await self.append_async(payload)
+
+    def _send(self, pa: _PendingAdd, only: set[int] | None = None) -> None:
+        md = self.md
+        _, ensemble = md.ensemble_for(pa.entry_id)
+        pool = self.client.pool
+        timeout = self.client.config.add_timeout_s
+        for idx in md.write_set(pa.entry_id):
+            if only is not None and idx not in only:
+                continue
+            bid = ensemble[idx]
+            pa.sent_to[idx] = bid
+            ch = pool.get(bid)
+            rid = ch.next_rid()
+            ch.send(
+                rid,
+                codec.encode_add(rid, self.ledger_id, pa.entry_id, self.master_key, pa.data),
+                lambda resp, exc, pa=pa, idx=idx, bid=bid: self._on_add_response(pa, idx, bid, resp, exc),
+                timeout,
+            )
+
+    def _on_add_response(self, pa: _PendingAdd, idx: int, bid: str, resp: codec.Response | None,
+                         exc: BaseException | None) -> None:
+        if pa.done or pa.sent_to.get(idx) != bid:
+            return  # a late answer for an entry already acknowledged, or from a replaced bookie
+        if resp is not None and resp.status == Status.OK:
+            pa.acked.add(idx)
+            if len(pa.acked) >= self.md.ack_quorum:
+                self._complete()
+            return
+        status = resp.status if resp is not None else None
+        if status == Status.FENCED:
+            self._fail_all(LedgerFencedError(
+                f"ledger {self.ledger_id} was fenced (recovery by another client); entries from "
+                f"{self._lac + 1} on may or may not be written"))
+            return
+        if status == Status.UNAUTHORIZED:
+            self._fail_all(UnauthorizedAccessError(f"bookie {bid} refused the master key of ledger {self.ledger_id}"))
+            return
+        reason = exc if exc is not None else error_for_status(status or 0, f"bookie {bid} answered {Status(status).name if status in Status._value2member_map_ else status}")
+        pa.failed.add(idx)
+        self._bookie_failed(bid, reason)
+
+    def _complete(self) -> None:
+        """Acknowledge, in entry order, every leading entry that has its ack quorum."""
+        q = self._pending
+        aq = self.md.ack_quorum
+        while q and len(q[0].acked) >= aq:
+            pa = q.popleft()
+            pa.done = True
+            del self._by_id[pa.entry_id]
+            self._lac = pa.entry_id
+            if not pa.future.done():
+                pa.future.set_result(pa.entry_id)
+        if not q:
+            self._drained.set()
+        if not self._space.is_set() and len(q) < self.client.config.max_outstanding_adds:
+            self._space.set()
+
+    def _fail_all(self, error: LedgerStoreError) -> None:
+        if self._error is None:
+            self._error = error
+        while self._pending:
+            pa = self._pending.popleft()
+            pa.done = True
+            if not pa.future.done():
+                pa.future.set_exception(error)
+        self._by_id.clear()
+        self._drained.set()
+        self._space.set()
+
+    def _bookie_failed(self, bid: str, reason: BaseException) -> None:
+        if self._error is not None:
+            return
+        self._failed_bookies.add(bid)
+        if self._ensemble_task is None and bid in self.md.current_ensemble:
+            if self.client.config.ensemble_change:
+                self._changing = True
+                self._ensemble_task = self.client.loop.create_task(self._change_ensemble(reason))
+            else:
+                self._check_quorum_possible(reason)
+        elif bid not in self.md.current_ensemble:
+            self._check_quorum_possible(reason)
+
+    def _check_quorum_possible(self, reason: BaseException) -> None:
+        """Fail the handle if some pending entry can no longer reach its ack quorum."""
+        wq, aq = self.md.write_quorum, self.md.ack_quorum
+        for pa in self._pending:
+            if wq - len(pa.failed) < aq:
+                self._fail_all(AddFailedError(
+                    f"entry {pa.entry_id} of ledger {self.ledger_id} cannot reach its ack quorum of {aq}: {reason}"))
+                return
+
+    async def _change_ensemble(self, reason: BaseException) -> None:
+        """Replace failed bookies of the current ensemble with a new fragment, by CAS."""
+        try:
+            while True:
+                failed = [b for b in self.md.current_ensemble if b in self._failed_bookies]
+                if not failed or self._error is not None:
+                    break
+                first = self._lac + 1
+                old = list(self.md.current_ensemble)
+                new = list(old)
+                try:
+                    bookies = await self.client.bookie_infos()
+                    exclude = frozenset(self._failed_bookies)
+                    for b in failed:
+                        idx = new.index(b)
+                        new[idx] = self.client.placement.replace_bookie(
+                            new, self.md.write_quorum, self.md.ack_quorum, idx, bookies, exclude=exclude)
+                except NotEnoughBookiesError as exc:
+                    log.warning("ledger %d: no replacement for %s (%s); continuing with the remaining bookies",
+                                self.ledger_id, failed, exc)
+                    self._changing = False
+                    self._resend_unsent()
+                    self._check_quorum_possible(reason)
+                    return
+                md = self.md
+                ensembles = [e for e in md.ensembles if e[0] < first] + [(first, new)]
+                candidate = LedgerMetadata(**{**md.__dict__, "ensembles": ensembles})
+                try:
+                    self.md = await self.client.ledgers.write(candidate)
+                except BadVersionError:
+                    fresh = await self.client.ledgers.read(self.ledger_id)
+                    if fresh.state is not LedgerState.OPEN:
+                        self._fail_all(LedgerFencedError(
+                            f"ledger {self.ledger_id} is {fresh.state.value} (recovered by another client) "
+                            "while replacing a failed bookie"))
+                        return
+                    # someone else (auto-recovery) changed it: keep our fragments, take their version
+                    md.version = fresh.version
+                    continue
+                log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
+                notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)
+                # resend what the replaced bookies held of pending entries
+                for pa in list(self._pending):
+                    if pa.entry_id < first:
+                        continue
+                    ws = self.md.write_set(pa.entry_id)
+                    redo = {i for i in ws if pa.sent_to.get(i) != new[i]}
+                    if not pa.sent_to:
+                        redo = set(ws)
+                    for i in redo:
+                        pa.acked.discard(i)
+                        pa.failed.discard(i)
+                    self._send(pa, only=redo)
+        except LedgerStoreError as exc:
+            self._fail_all(exc if isinstance(exc, LedgerStoreError) else AddFailedError(str(exc)))
+        finally:
+            self._ensemble_task = None
+            self._changing = False
+            if self._error is None and any(b in self._failed_bookies for b in self.md.current_ensemble):
+                self._bookie_failed(next(b for b in self.md.current_ensemble if b in self._failed_bookies), reason)
+
+    def _resend_unsent(self) -> None:
+        for pa in self._pending:
+            if not pa.sent_to:
+                self._send(pa)
+
+    # --- closing -------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for outstanding adds, then close the ledger in metadata at the last acknowledged
+        entry (the seeds' writer-close rules)."""
+        if self.md.is_closed:
+            return
+        self._closing = True
+        await self._drained.wait()
+        if self._ensemble_task is not None:
+            await asyncio.shield(self._ensemble_task)
+        last = self._lac
+        md = self.md
+        while True:
+            candidate = LedgerMetadata(**{**md.__dict__, "state": LedgerState.CLOSED, "last_entry_id": last,
+                                          "length": self._length if self._error is None else md.length})
+            try:
+                self.md = await self.client.ledgers.write(candidate)
+                notify("ledgerstore_ledger_closed", ledger_id=self.ledger_id, last_entry_id=last, recovered=False)
+                return
+            except BadVersionError:
+                md = await self.client.ledgers.read(self.ledger_id)
+                if md.state is LedgerState.OPEN:
+                    continue
+                if md.state is LedgerState.IN_RECOVERY:
+                    self.md = md
+                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client; not closed by this writer")
+                self.md = md
+                if md.last_entry_id != last:
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} was closed by recovery at entry {md.last_entry_id}, "
+                        f"but this writer had acknowledged up to {last}")
+                return
+
+
+async def recover(client: Client, md: LedgerMetadata, password: bytes) -> LedgerMetadata:
+    """Fence the ledger, find its last entry, re-replicate the tail and close it (the seeds'
+    "closing a ledger as a reader"). Concurrent recoverers converge on one last entry."""
+    mgr = client.ledgers
+    while md.state is LedgerState.OPEN:
+        try:
+            md = await mgr.write(LedgerMetadata(**{**md.__dict__, "state": LedgerState.IN_RECOVERY}))
+        except BadVersionError:
+            md = await mgr.read(md.ledger_id)
+    if md.is_closed:
+        return md
+    handle = ReadHandle(client, md, password)
+    first_of_fragment, ensemble = md.ensembles[-1]
+    E, Qw, Qa = md.ensemble_size, md.write_quorum, md.ack_quorum
+    need = Qw - Qa + 1
+    timeout = client.config.read_timeout_s
+    key = handle.master_key
+
+    # 1. fence every bookie of the last fragment and learn their LACs
+    futs = [client.pool.get(b).request(
+        lambda rid: codec.encode_read_lac(rid, md.ledger_id, key, FLAG_FENCE), timeout) for b in ensemble]
+    results = await asyncio.gather(*futs, return_exceptions=True)
+    ok = [False] * E
+    lac = -1
+    for i, r in enumerate(results):
+        if isinstance(r, codec.Response):
+            if r.status == Status.OK:
+                ok[i] = True
+                lac = max(lac, r.lac)
+            elif r.status == Status.NO_SUCH_LEDGER:
+                ok[i] = True
+            elif r.status == Status.UNAUTHORIZED:
+                raise UnauthorizedAccessError(f"bookie {ensemble[i]} refused the password while fencing ledger {md.ledger_id}")
+    for start in range(E):
+        quorum = [(start + j) % E for j in range(Qw)]
+        if sum(ok[i] for i in quorum) < need:
+            errs = [f"{ensemble[i]}: {results[i]}" for i in quorum if not ok[i]]
+            raise LedgerRecoveryError(
+                f"cannot fence ledger {md.ledger_id}: write quorum {[ensemble[i] for i in quorum]} gave fewer than "
+                f"{need} answers ({'; '.join(errs)})")
+
+    # 2. read forward from the LAC with fencing reads, re-replicating what we find
+    eid = max(lac + 1, 0)
+    last_found = lac
+    handle._lac = 2**62  # recovery reads beyond any LAC
+    length = 0
+    while True:
+        try:
+            entry = await _recovery_read(client, handle, md, eid, need)
+        except NoSuchEntryError:
+            break
+        if entry is None:
+            break
+        await _rereplicate(client, handle, md, eid, entry)
+        last_found = eid
+        eid += 1
+    # 3. close by CAS (unless another recoverer already did: then theirs stands)
+    while True:
+        if md.is_closed:
+            return md
+        candidate = LedgerMetadata(**{**md.__dict__, "state": LedgerState.CLOSED, "last_entry_id": last_found,
+                                      "length": max(md.length, length)})
+        try:
+            md = await mgr.write(candidate)
+            notify("ledgerstore_ledger_closed", ledger_id=md.ledger_id, last_entry_id=last_found, recovered=True)
+            return md
+        except BadVersionError:
+            md = await mgr.read(md.ledger_id)
+
+
+async def _recovery_read(client: Client, handle: ReadHandle, md: LedgerMetadata, eid: int, need: int) -> bytes | None:
+    """Read ``eid`` from its whole write set with the fence flag. Returns the signed bytes, or None
+    when at least ``need`` replicas say they do not have it (so it cannot have been acknowledged)."""
+    _, ensemble = md.ensemble_for(eid)
+    ws = md.write_set(eid)
+    timeout = client.config.read_timeout_s
+    futs = [client.pool.get(ensemble[i]).request(
+        lambda rid: codec.encode_read(rid, md.ledger_id, eid, handle.master_key, FLAG_FENCE), timeout) for i in ws]
+    missing = 0
+    errors = []
+    for i, r in zip(ws, await asyncio.gather(*futs, return_exceptions=True), strict=True):
+        if isinstance(r, codec.Response) and r.status == Status.OK:
+            try:
+                handle.digest.verify(r.entry, eid)
+                return r.entry
+            except DigestMismatchError as exc:
+                errors.append(f"{ensemble[i]}: {exc}")
+        elif isinstance(r, codec.Response) and r.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+            missing += 1
+        else:
+            errors.append(f"{ensemble[i]}: {r if not isinstance(r, codec.Response) else Status(r.status).name}")
+    if missing >= need:
+        return None
+    raise LedgerRecoveryError(
+        f"recovery of ledger {md.ledger_id} cannot tell whether entry {eid} exists: {missing} replicas lack it "
+        f"(need {need} to be sure), errors: {'; '.join(errors)}")
+
+
+async def _rereplicate(client: Client, handle: ReadHandle, md: LedgerMetadata, eid: int, data: bytes) -> None:
+    """Write a found entry to its whole write set (recovery adds pass the fence); wait for Qa."""
+    _, ensemble = md.ensemble_for(eid)
+    timeout = client.config.add_timeout_s
+    futs = [client.pool.get(ensemble[i]).request(
+        lambda rid: codec.encode_add(rid, md.ledger_id, eid, handle.master_key, data, FLAG_RECOVERY_ADD), timeout)
+        for i in md.write_set(eid)]
+    acks = 0
+    for r in await asyncio.gather(*futs, return_exceptions=True):
+        if isinstance(r, codec.Response) and r.status == Status.OK:
+            acks += 1
+    if acks < md.ack_quorum:
+        raise LedgerRecoveryError(
+            f"recovery of ledger {md.ledger_id}: entry {eid} re-replicated to {acks} bookies, fewer than the ack quorum {md.ack_quorum}")

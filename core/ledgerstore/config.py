@@ -1,0 +1,330 @@
+"""Typed configuration for bookies and clients, loaded from TOML and validated once.
+
+Every option has a default; a file need only set what differs. Environment variables override the
+file: ``LEDGERSTORE_BOOKIE_<KEY>`` / ``LEDGERSTORE_CLIENT_<KEY>`` for top-level keys and
+``..._<TABLE>__<KEY>`` for keys in a table, e.g. ``LEDGERSTORE_BOOKIE_JOURNAL__MAX_GROUP_WAIT_MS=1``.
+Errors name the key and the file (or the environment variable) they came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ledgerstore.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class JournalConfig:
+    """The bookie's write-ahead journal."""
+
+    #: wait at most this long for more records before committing a group (BookKeeper: journalMaxGroupWaitMSec)
+    max_group_wait_ms: float = 2.0
+    #: commit a group once it holds this many bytes (journalBufferedWritesThreshold)
+    max_group_bytes: int = 512 * 1024
+    #: commit at once when no more records are queued, instead of waiting max_group_wait_ms
+    flush_when_queue_empty: bool = True
+    #: roll to a new journal file past this size (journalMaxSizeMB)
+    max_file_size_mb: int = 2048
+    #: journal files wholly before the checkpoint mark to keep (journalMaxBackups)
+    max_backups: int = 5
+    #: fsync before acknowledging; turning it off loses acknowledged entries on power failure
+    sync: bool = True
+
+
+@dataclasses.dataclass
+class BookieConfig:
+    """A bookie process. ``metadata`` is required; everything else has a default."""
+
+    metadata: str = ""
+    #: the address to listen on: tcp://host:port, tcp+tls://host:port or zmq://host:port
+    listen: str = "tcp://127.0.0.1:3181"
+    #: the address clients use (defaults to ``listen``); its host:port is the bookie id
+    advertised_address: str = ""
+    journal_dir: str = "data/bookie/journal"
+    ledger_dirs: list[str] = dataclasses.field(default_factory=lambda: ["data/bookie/ledgers"])
+    #: storage engine plugin: entrylog (default) or rocksdb
+    storage: str = "entrylog"
+    #: checkpoint interval: flush the storage engine and advance the journal mark (flushInterval)
+    flush_interval_ms: int = 60_000
+    max_frame_size: int = 5 * 1024 * 1024
+    #: placement facts published in the registration
+    rack: str = "/default-rack"
+    region: str = "default-region"
+    #: create the cluster's instance id when the metadata store has none (convenient for standalone)
+    auto_init_cluster: bool = True
+    #: turn read-only past this fraction of disk used, writable again below the low-water mark
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm: float = 0.90
+    disk_check_interval_ms: int = 10_000
+    #: admin HTTP port; 0 disables it (the BookKeeper default)
+    http_port: int = 0
+    http_address: str = "127.0.0.1"
+    journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
+    #: options for the transport plugin (TLS files, CURVE keys, ...)
+    transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options for the storage engine plugin
+    storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options for the metadata store plugin (session timeouts, credentials, ...)
+    metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: GC and compaction (used by engines that support them)
+    gc_wait_time_ms: int = 900_000
+    minor_compaction_threshold: float = 0.2
+    minor_compaction_interval_s: int = 3600
+    major_compaction_threshold: float = 0.8
+    major_compaction_interval_s: int = 86400
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not self.metadata:
+            problems.append("'metadata' is required, e.g. metadata = \"sqlite:///var/lib/ledgerstore/meta.db\"")
+        elif "://" not in self.metadata:
+            problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
+        if "://" not in self.listen:
+            problems.append(f"'listen' = {self.listen!r} is not an address like tcp://127.0.0.1:3181")
+        if not self.ledger_dirs:
+            problems.append("'ledger_dirs' must name at least one directory")
+        if not 0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1:
+            problems.append("need 0 < disk_usage_lwm <= disk_usage_threshold <= 1")
+        if self.journal.max_group_bytes <= 0:
+            problems.append("'journal.max_group_bytes' must be positive")
+        if self.flush_interval_ms <= 0:
+            problems.append("'flush_interval_ms' must be positive")
+        return problems
+
+
+@dataclasses.dataclass
+class ClientConfig:
+    """A client. ``metadata`` is required."""
+
+    metadata: str = ""
+    ensemble: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    digest: str = "crc32c"
+    placement: str = "random"
+    placement_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: seconds before an add to one bookie counts as failed (addEntryTimeout)
+    add_timeout_s: float = 10.0
+    #: seconds before a read from one bookie counts as failed (readEntryTimeout)
+    read_timeout_s: float = 5.0
+    #: ask the next replica when the first has not answered within this (0 disables)
+    speculative_read_timeout_ms: int = 2000
+    #: adds outstanding before append blocks (throttle); 0 = unlimited
+    max_outstanding_adds: int = 100_000
+    #: replace a failed bookie by an ensemble change instead of failing the add
+    ensemble_change: bool = True
+    max_frame_size: int = 5 * 1024 * 1024
+    transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not self.metadata:
+            problems.append("'metadata' is required, e.g. metadata = \"sqlite:///var/lib/ledgerstore/meta.db\"")
+        if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            problems.append(
+                f"need ensemble >= write_quorum >= ack_quorum >= 1, got {self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+            )
+        from ledgerstore.proto.digest import DIGEST_TYPES
+
+        if self.digest not in DIGEST_TYPES:
+            problems.append(f"'digest' = {self.digest!r}; choose one of {', '.join(DIGEST_TYPES)}")
+        return problems
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (list, typing.List):  # noqa: UP006
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        return [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, typing.Dict):  # noqa: UP006
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {type(value).__name__} {value!r}")
+        return _build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"known keys: {', '.join(sorted(fields))}"
+        )
+    kwargs = {k: _convert(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _env_overrides(cls: type, kind: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    prefix = f"LEDGERSTORE_{kind.upper()}_"
+    out: dict[str, Any] = {}
+    names = {f.name.upper(): f.name for f in dataclasses.fields(cls)}
+    for var, raw in environ.items():
+        if not var.startswith(prefix):
+            continue
+        path = var[len(prefix) :].split("__")
+        top = names.get(path[0])
+        if top is None:
+            raise ConfigError(f"environment variable {var}: no option {path[0].lower()!r} in the {kind} config")
+        if len(path) == 1:
+            out[top] = raw
+        else:
+            out.setdefault(top, {})[path[1].lower()] = raw
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = {**merged[k], **v}
+        else:
+            merged[k] = v
+    return merged
+
+
+def load(
+    cls: type[T],
+    kind: str,
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> T:
+    """Load ``cls`` (BookieConfig or ClientConfig) from a TOML file (its ``[bookie]``/``[client]``
+    table or top level), then environment overrides, then ``overrides``; validate once."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
+        data = raw.get(kind, raw) if isinstance(raw.get(kind), dict) else raw
+        base_dir = Path(path).resolve().parent
+        data = _relative_paths(data, base_dir)
+    try:
+        cfg = _build(cls, data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    env = _env_overrides(cls, kind, os.environ if environ is None else environ)
+    extra = _merge(env, dict(overrides or {}))
+    if extra:
+        merged = _merge(dataclasses.asdict(cfg), extra)  # type: ignore[call-overload]
+        try:
+            cfg = _build(cls, merged, "")
+        except ConfigError as exc:
+            raise ConfigError(f"{source} (with environment/overrides): {exc}") from None
+    problems = cfg.validate()  # type: ignore[attr-defined]
+    from ledgerstore.plugins import hooks
+
+    for extra_problems in hooks().hook.ledgerstore_config_validate(kind=kind, config=cfg):
+        problems.extend(extra_problems or [])
+    if problems:
+        raise ConfigError(f"invalid {kind} configuration ({source}):\n  - " + "\n  - ".join(problems))
+    return cfg
+
+
+def _relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Directories in a config file are relative to the file, not to the working directory."""
+    out = dict(data)
+    for key in ("journal_dir",):
+        if isinstance(out.get(key), str) and not os.path.isabs(out[key]):
+            out[key] = str(base / out[key])
+    if isinstance(out.get("ledger_dirs"), list):
+        out["ledger_dirs"] = [d if not isinstance(d, str) or os.path.isabs(d) else str(base / d) for d in out["ledger_dirs"]]
+    md = out.get("metadata")
+    if isinstance(md, str) and md.startswith("sqlite://") and not md.startswith("sqlite:///"):
+        out["metadata"] = "sqlite://" + str(base / md[len("sqlite://") :])
+    return out
+
+
+def load_bookie_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> BookieConfig:
+    return load(BookieConfig, "bookie", path, overrides)
+
+
+def load_client_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> ClientConfig:
+    return load(ClientConfig, "client", path, overrides)
+
+
+def to_toml(cfg: Any, table: str) -> str:
+    """Render a config as TOML (for ``config check`` and generated standalone files)."""
+    lines = [f"[{table}]"]
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for k, v in dataclasses.asdict(cfg).items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        else:
+            lines.append(f"{k} = {_toml_value(v)}")
+    for name, values in tables:
+        lines.append("")
+        lines.append(f"[{table}.{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)

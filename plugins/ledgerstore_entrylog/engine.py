@@ -1,0 +1,896 @@
+"""``EntryLogStorage``: BookKeeper's interleaved ledger storage.
+
+Entries of all ledgers are appended to entry logs (one active log per ledger directory); each
+ledger has an index file mapping entry ids to log locations, whose pages live in a bounded ledger
+cache. ``flush()`` is the checkpoint: entry logs are written and fsynced first, then index pages
+and headers are written and fsynced, so a durable index never points at data that is not durable.
+GC deletes logs that hold no live ledger; compaction copies the live entries of sparse logs
+forward. ``docs/storage-entrylog.md`` describes the files and the crash-safety argument.
+
+Locking: ``_lock`` guards every piece of mutable state and is held only for short steps (one add,
+one read, one batch of a flush or compaction). ``_flush_mutex`` serialises the long multi-step
+operations (flush, gc, compaction, close) with each other; only they close or delete entry log
+files, which is why they may fsync or scan a log without holding ``_lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from crc32c import crc32c
+
+from ledgerstore.api import StorageEngine, StorageStats
+from ledgerstore.errors import (
+    BookieIOError,
+    ConfigError,
+    InvalidArgumentError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
+from ledgerstore_entrylog.format import (
+    INDEX_HEADER_SIZE,
+    LOG_HEADER_SIZE,
+    MAX_MASTER_KEY,
+    RECORD_HEADER_SIZE,
+    RECORD_IDS,
+    RECORD_LEN_CRC,
+    decode_ledger_map,
+    encode_index_header,
+    encode_ledger_map,
+    index_path,
+    parse_log_file_name,
+)
+from ledgerstore_entrylog.index import fsync_dir, fsync_file, read_header, read_last_pages, read_page, write_index
+
+__all__ = ["EntryLogStorage"]
+
+log = logging.getLogger(__name__)
+
+_MiB = 1024 * 1024
+_DEFAULTS: dict[str, Any] = {
+    "write_buffer_size": 4 * _MiB,
+    "entry_log_size_limit": 1024 * _MiB,
+    "page_size": 8192,
+    "page_limit_bytes": 64 * _MiB,
+    "minor_compaction_threshold": 0.2,
+    "major_compaction_threshold": 0.8,
+    "flush_interval": 0.0,
+}
+_MAX_ID = (1 << 63) - 1
+_OFFSET_MASK = 0xFFFFFFFF
+# Compaction copies records in batches of about this many bytes per hold of the lock.
+_COMPACT_BATCH_BYTES = 1 * _MiB
+_FLUSH_LEDGER_CHUNK = 64
+_INDEX_UPDATE_CHUNK = 2048
+
+
+class _Page:
+    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``."""
+
+    __slots__ = ("ledger_id", "page_no", "slots", "dirty")
+
+    def __init__(self, ledger_id: int, page_no: int, slots: array) -> None:
+        self.ledger_id = ledger_id
+        self.page_no = page_no
+        self.slots = slots
+        self.dirty = False
+
+
+class _Ledger:
+    """In-memory state of one ledger."""
+
+    __slots__ = (
+        "ledger_id",
+        "dir_idx",
+        "path",
+        "master_key",
+        "fenced",
+        "last",
+        "pages",
+        "cur_no",
+        "cur_page",
+        "header_dirty",
+        "file_exists",
+        "file_pages",
+    )
+
+    def __init__(self, ledger_id: int, dir_idx: int, path: Path) -> None:
+        self.ledger_id = ledger_id
+        self.dir_idx = dir_idx
+        self.path = path
+        self.master_key: bytes | None = None
+        self.fenced = False
+        self.last = -1
+        #: cached pages of this ledger, by page number (the same objects as in the LRU)
+        self.pages: dict[int, _Page] = {}
+        # The page the add path wrote last: sequential adds reuse it without an LRU lookup.
+        self.cur_no = -1
+        self.cur_page: _Page | None = None
+        self.header_dirty = True
+        self.file_exists = False
+        self.file_pages = 0
+
+
+class EntryLogStorage(StorageEngine):
+    """Interleaved entry logs + per-ledger index files + a bounded ledger cache.
+
+    Options (all optional): ``write_buffer_size`` (bytes buffered per active log before a write,
+    4 MiB), ``entry_log_size_limit`` (roll size, 1 GiB, at most 4 GiB), ``page_size`` (index page
+    size, 8 KiB, a multiple of 8), ``page_limit_bytes`` (ledger cache bound, 64 MiB),
+    ``minor_compaction_threshold`` (used by :meth:`gc`, 0.2), ``major_compaction_threshold``
+    (0.8, for the bookie's major compaction runs through :meth:`compact`), ``flush_interval``
+    (seconds between background flushes, 0 = only when the bookie calls :meth:`flush`).
+    """
+
+    name = "entrylog"
+
+    def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
+        super().__init__(ledger_dirs, **options)
+        unknown = sorted(set(options) - set(_DEFAULTS))
+        if unknown:
+            raise ConfigError(
+                f"entrylog storage: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(_DEFAULTS))}"
+            )
+        if not self.ledger_dirs:
+            raise ConfigError("entrylog storage needs at least one ledger directory")
+        opts = {**_DEFAULTS, **options}
+        self._wbs = _positive_int(opts, "write_buffer_size")
+        self._log_limit = _positive_int(opts, "entry_log_size_limit")
+        if self._log_limit > (1 << 32) or self._log_limit < 4096:
+            raise ConfigError(
+                f"entrylog storage: entry_log_size_limit={self._log_limit} must be between 4096 and 4 GiB "
+                "(offsets in index slots are 32-bit)"
+            )
+        self._page_size = _positive_int(opts, "page_size")
+        if self._page_size % 8 or self._page_size < 64:
+            raise ConfigError(f"entrylog storage: page_size={self._page_size} must be a multiple of 8, >= 64")
+        page_limit = _positive_int(opts, "page_limit_bytes")
+        self._max_pages = max(2, page_limit // self._page_size)
+        self.minor_compaction_threshold = float(opts["minor_compaction_threshold"])
+        self.major_compaction_threshold = float(opts["major_compaction_threshold"])
+        self._flush_interval = float(opts["flush_interval"])
+        self._spp = self._page_size // 8
+        self._zero_page = bytes(self._page_size)
+
+        self._lock = threading.Lock()
+        self._flush_mutex = threading.Lock()
+        self._currents = [d / "current" for d in self.ledger_dirs]
+        self._ledgers: dict[int, _Ledger] = {}
+        self._logs: dict[int, EntryLog] = {}
+        self._active: list[EntryLog | None] = [None] * len(self._currents)
+        self._next_log_id = 0
+        self._lru: OrderedDict[tuple[int, int], _Page] = OrderedDict()
+        self._dirty_ledgers: set[int] = set()
+        self._unsynced_index: set[Path] = set()
+        self._dirs_to_sync: set[Path] = set()
+        self._maps_to_sync: set[Path] = set()
+        self._opened = False
+        self._closed = False
+        self._flush_failure = ""
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        # statistics
+        self._entries_written = 0
+        self._gc_runs = 0
+        self._bytes_reclaimed = 0
+        self._compactions = 0
+        self._bytes_compacted = 0
+        self._dirty_evictions = 0
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load entry logs (ledger maps, or a scan when a map is missing) and index headers;
+        BookieIOError naming the file for a damaged log or index header."""
+        with self._flush_mutex, self._lock:
+            if self._opened:
+                return
+            try:
+                self._load_logs()
+                self._load_indexes()
+            except BaseException:
+                for lg in self._logs.values():
+                    lg.close()
+                self._logs.clear()
+                self._ledgers.clear()
+                raise
+            self._opened = True
+        if self._flush_interval > 0:
+            self._flusher = threading.Thread(target=self._flush_loop, name="entrylog-flush", daemon=True)
+            self._flusher.start()
+
+    def _load_logs(self) -> None:
+        seen: dict[int, Path] = {}
+        for dir_idx, current in enumerate(self._currents):
+            try:
+                (current / "index").mkdir(parents=True, exist_ok=True)
+                names = os.listdir(current)
+            except OSError as exc:
+                raise BookieIOError(f"ledger directory {current} is not usable: {exc}") from exc
+            for name in sorted(names):
+                if name.endswith(".compacting"):
+                    continue
+                log_id = parse_log_file_name(name)
+                if log_id is None:
+                    continue
+                path = current / name
+                if log_id in seen:
+                    raise BookieIOError(f"entry log id {log_id:08x} exists twice: {seen[log_id]} and {path}")
+                seen[log_id] = path
+                lg = EntryLog.open_existing(log_id, dir_idx, path)
+                self._logs[log_id] = lg
+                self._load_ledger_map(lg)
+            for name in names:
+                if name.endswith(".compacting"):
+                    log_id = parse_log_file_name(name[: -len(".compacting")] + ".log")
+                    if log_id is not None and log_id in self._logs:
+                        # An interrupted compaction: some index slots may already point at the
+                        # copies. Compacting the log again settles it either way.
+                        self._logs[log_id].must_compact = True
+                    else:
+                        _unlink(current / name)
+        self._next_log_id = max(self._logs, default=-1) + 1
+
+    def _load_ledger_map(self, lg: EntryLog) -> None:
+        map_path = lg.path.with_suffix(".lmap")
+        decoded = None
+        try:
+            decoded = decode_ledger_map(map_path.read_bytes(), lg.log_id)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("ignoring unreadable ledger map %s (%s); scanning the log instead", map_path, exc)
+        if decoded is not None:
+            lg.total, lg.ledgers = decoded
+            return
+        if lg.written < LOG_HEADER_SIZE:
+            return
+        scanner = LogScanner(lg.fd, lg.written, lg.path)
+        ledgers: dict[int, int] = {}
+        total = 0
+        for rec in scanner:
+            n = rec.record_size
+            ledgers[rec.ledger_id] = ledgers.get(rec.ledger_id, 0) + n
+            total += n
+        lg.ledgers, lg.total = ledgers, total
+        if not scanner.clean:
+            # What follows the damage cannot be attributed to ledgers, so GC could delete live
+            # data: keep the log until an operator looks at it.
+            lg.pinned = True
+            log.error("%s; the log is kept and excluded from GC and compaction", scanner.error)
+
+    def _load_indexes(self) -> None:
+        for dir_idx, current in enumerate(self._currents):
+            index_root = current / "index"
+            for sub in sorted(os.listdir(index_root)):
+                subdir = index_root / sub
+                if not subdir.is_dir():
+                    continue
+                for name in sorted(os.listdir(subdir)):
+                    if not name.endswith(".idx"):
+                        continue
+                    self._load_index(dir_idx, subdir / name)
+
+    def _load_index(self, dir_idx: int, path: Path) -> None:
+        header, size = read_header(path)
+        if path.name != f"{header.ledger_id:016x}.idx":
+            raise BookieIOError(f"index file {path}: header names ledger {header.ledger_id}")
+        if header.page_size != self._page_size:
+            raise BookieIOError(
+                f"index file {path} uses page_size={header.page_size} but the engine is configured with "
+                f"page_size={self._page_size}; configure page_size={header.page_size}"
+            )
+        other = self._ledgers.get(header.ledger_id)
+        if other is not None:
+            raise BookieIOError(f"ledger {header.ledger_id} has two index files: {other.path} and {path}")
+        led = _Ledger(header.ledger_id, dir_idx, path)
+        led.master_key = header.master_key
+        led.fenced = header.fenced
+        led.header_dirty = False
+        led.file_exists = True
+        led.file_pages = max(0, (size - INDEX_HEADER_SIZE + self._page_size - 1) // self._page_size)
+        led.last = self._last_valid_entry(path, size)
+        self._ledgers[header.ledger_id] = led
+
+    def _last_valid_entry(self, path: Path, size: int) -> int:
+        """The highest entry whose slot points inside an existing log. Slots beyond that were
+        written (by a cache eviction) for entries whose log data a machine crash lost; the
+        journal replays those entries, so they must not count as stored."""
+        for page_no, slots in read_last_pages(path, size, self._page_size):
+            for i in range(len(slots) - 1, -1, -1):
+                v = slots[i]
+                if v:
+                    v -= 1
+                    lg = self._logs.get(v >> 32)
+                    if lg is not None and (v & _OFFSET_MASK) + RECORD_HEADER_SIZE <= lg.written:
+                        return page_no * self._spp + i
+        return -1
+
+    def close(self) -> None:
+        """Flush, write the ledger maps of the active logs and release every file. Idempotent."""
+        self._stop.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join()
+        with self._flush_mutex:
+            if self._closed or not self._opened:
+                self._closed = True
+                return
+            try:
+                self._flush_locked()
+                with self._lock:
+                    for i, lg in enumerate(self._active):
+                        if lg is not None:
+                            lg.finish()
+                            self._write_ledger_map(lg)
+                            self._active[i] = None
+                    logs = [lg for lg in self._logs.values() if lg.unsynced]
+                    maps, self._maps_to_sync = self._maps_to_sync, set()
+                    dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+                for lg in logs:
+                    lg.fsync()
+                for p in maps:
+                    fsync_file(p)
+                for d in dirs:
+                    fsync_dir(d)
+            finally:
+                with self._lock:
+                    self._closed = True
+                    for lg in self._logs.values():
+                        lg.close()
+
+    def _check_open(self) -> None:
+        if self._closed or not self._opened:
+            raise BookieIOError(
+                f"entrylog storage over {', '.join(map(str, self.ledger_dirs))} is "
+                + ("closed" if self._closed else "not open; call open() first")
+            )
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            try:
+                self.flush()
+            except BookieIOError:
+                if self._closed:
+                    return
+                log.exception("background flush of the entrylog storage failed; stopping background flushes")
+                return
+
+    # --- ledger state ----------------------------------------------------------------------------
+
+    def _get_or_create(self, ledger_id: int) -> _Ledger:
+        led = self._ledgers.get(ledger_id)
+        if led is None:
+            if not 0 <= ledger_id <= _MAX_ID:
+                raise InvalidArgumentError(f"ledger id {ledger_id} is outside 0..2**63-1")
+            dir_idx = ledger_id % len(self._currents)
+            led = _Ledger(ledger_id, dir_idx, index_path(self._currents[dir_idx], ledger_id))
+            self._ledgers[ledger_id] = led
+            self._dirty_ledgers.add(ledger_id)
+        return led
+
+    def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
+        """Record the master key; the same key again is a no-op, another key is refused with
+        UnauthorizedAccessError."""
+        if len(master_key) > MAX_MASTER_KEY:
+            raise InvalidArgumentError(f"master key of {len(master_key)} bytes; the limit is {MAX_MASTER_KEY}")
+        with self._lock:
+            self._check_open()
+            led = self._get_or_create(ledger_id)
+            if led.master_key is None:
+                led.master_key = bytes(master_key)
+                led.header_dirty = True
+                self._dirty_ledgers.add(ledger_id)
+            elif led.master_key != master_key:
+                raise UnauthorizedAccessError(
+                    f"ledger {ledger_id} already has another master key on this bookie; "
+                    "the client's password does not match the one the ledger was created with"
+                )
+
+    def get_master_key(self, ledger_id: int) -> bytes | None:
+        """The master key, or None for an unknown ledger."""
+        with self._lock:
+            self._check_open()
+            led = self._ledgers.get(ledger_id)
+            return led.master_key if led is not None else None
+
+    def set_fenced(self, ledger_id: int) -> bool:
+        """Fence the ledger (creating its record if needed); True if it was not fenced before."""
+        with self._lock:
+            self._check_open()
+            led = self._get_or_create(ledger_id)
+            if led.fenced:
+                return False
+            led.fenced = True
+            led.header_dirty = True
+            self._dirty_ledgers.add(ledger_id)
+            return True
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        """Whether the ledger is fenced (False for an unknown ledger)."""
+        with self._lock:
+            self._check_open()
+            led = self._ledgers.get(ledger_id)
+            return led is not None and led.fenced
+
+    def has_ledger(self, ledger_id: int) -> bool:
+        """Whether the ledger is stored here."""
+        with self._lock:
+            self._check_open()
+            return ledger_id in self._ledgers
+
+    def list_ledgers(self) -> Iterator[int]:
+        """Ids of every stored ledger, ascending (a snapshot)."""
+        with self._lock:
+            self._check_open()
+            ids = sorted(self._ledgers)
+        return iter(ids)
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id stored, -1 if none; NoSuchLedgerError for an unknown ledger."""
+        with self._lock:
+            self._check_open()
+            led = self._ledgers.get(ledger_id)
+            if led is None:
+                raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+            return led.last
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's index file and cached pages; GC reclaims its log space later.
+        Deleting an unknown ledger is a no-op."""
+        with self._lock:
+            self._check_open()
+            led = self._ledgers.pop(ledger_id, None)
+            if led is None:
+                return
+            for page_no in led.pages:
+                del self._lru[(ledger_id, page_no)]
+            led.pages.clear()
+            led.cur_no, led.cur_page = -1, None
+            self._dirty_ledgers.discard(ledger_id)
+            self._unsynced_index.discard(led.path)
+            if led.file_exists:
+                _unlink(led.path)
+                # GC fsyncs this directory before deleting any log, so a deleted ledger can
+                # never come back after a crash pointing at a log that is gone.
+                self._dirs_to_sync.add(led.path.parent)
+
+    # --- add / read ------------------------------------------------------------------------------
+
+    def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        """Append the entry to the active log's buffer and point the ledger's index slot at it.
+        Re-adding an entry stores a new copy and moves the slot to it."""
+        if not 0 <= entry_id <= _MAX_ID or not 0 <= ledger_id <= _MAX_ID:
+            raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
+        ids = RECORD_IDS.pack(ledger_id, entry_id)
+        crc = crc32c(data, crc32c(ids))
+        with self._lock:
+            if self._closed or not self._opened:
+                self._check_open()
+            led = self._ledgers.get(ledger_id)
+            if led is None:
+                led = self._get_or_create(ledger_id)
+            loc = self._append(led.dir_idx, ledger_id, ids, data, crc)
+            self._set_slot(led, entry_id, loc + 1)
+            if entry_id > led.last:
+                led.last = entry_id
+            self._entries_written += 1
+
+    def _append(self, dir_idx: int, ledger_id: int, ids: bytes, data: Any, crc: int) -> int:
+        """Buffer one record in the directory's active log; returns its location. Lock held."""
+        lg = self._active[dir_idx]
+        n = len(data)
+        rec = RECORD_HEADER_SIZE + n
+        if lg is None:
+            lg = self._roll(dir_idx)
+        else:
+            size = lg.written + len(lg.buf)  # type: ignore[arg-type]
+            if size + rec > self._log_limit and size > LOG_HEADER_SIZE:
+                lg = self._roll(dir_idx)
+        buf = lg.buf
+        assert buf is not None
+        off = lg.written + len(buf)
+        buf += RECORD_LEN_CRC.pack(n, crc)
+        buf += ids
+        buf += data
+        if len(buf) >= self._wbs:
+            lg.write_out()
+        m = lg.ledgers
+        m[ledger_id] = m.get(ledger_id, 0) + rec
+        lg.total += rec
+        return (lg.log_id << 32) | off
+
+    def _roll(self, dir_idx: int) -> EntryLog:
+        """Finish the directory's active log (if any) and start a new one. Lock held."""
+        old = self._active[dir_idx]
+        if old is not None:
+            old.finish()
+            self._write_ledger_map(old)
+        log_id = self._next_log_id
+        if log_id > _OFFSET_MASK:
+            raise BookieIOError("entry log ids are exhausted (2**32 logs); the ledger directories need a reset")
+        lg = EntryLog.create(log_id, dir_idx, self._currents[dir_idx])
+        self._next_log_id = log_id + 1
+        self._logs[log_id] = lg
+        self._active[dir_idx] = lg
+        self._dirs_to_sync.add(self._currents[dir_idx])
+        return lg
+
+    def _write_ledger_map(self, lg: EntryLog) -> None:
+        """Write the ledger map beside a finished log (fsynced by the next flush). Lock held."""
+        path = lg.path.with_suffix(".lmap")
+        try:
+            with open(path, "wb") as f:
+                f.write(encode_ledger_map(lg.log_id, lg.total, lg.ledgers))
+        except OSError as exc:
+            # The map only saves a scan at open; without it nothing is lost.
+            log.warning("could not write ledger map %s: %s", path, exc)
+            return
+        self._maps_to_sync.add(path)
+        self._dirs_to_sync.add(path.parent)
+
+    def _set_slot(self, led: _Ledger, entry_id: int, value: int) -> None:
+        page_no, slot = divmod(entry_id, self._spp)
+        if led.cur_no == page_no:
+            page = led.cur_page
+            assert page is not None
+        else:
+            page = self._page(led, page_no)
+            led.cur_no, led.cur_page = page_no, page
+        page.slots[slot] = value
+        if not page.dirty:
+            page.dirty = True
+            self._dirty_ledgers.add(led.ledger_id)
+
+    def _slot(self, led: _Ledger, entry_id: int) -> int:
+        page_no, slot = divmod(entry_id, self._spp)
+        page = led.cur_page if led.cur_no == page_no else self._page(led, page_no)
+        assert page is not None
+        return page.slots[slot]
+
+    def _page(self, led: _Ledger, page_no: int) -> _Page:
+        """The cached page, loading it (and evicting the least recently used) if needed. Lock held."""
+        page = led.pages.get(page_no)
+        if page is not None:
+            self._lru.move_to_end((led.ledger_id, page_no))
+            return page
+        while len(self._lru) >= self._max_pages:
+            self._evict_one()
+        if led.file_exists and page_no < led.file_pages:
+            slots = read_page(led.path, page_no, self._page_size)
+        else:
+            slots = array("Q", self._zero_page)
+        page = _Page(led.ledger_id, page_no, slots)
+        led.pages[page_no] = page
+        self._lru[(led.ledger_id, page_no)] = page
+        return page
+
+    def _evict_one(self) -> None:
+        (ledger_id, page_no), page = self._lru.popitem(last=False)
+        led = self._ledgers[ledger_id]
+        del led.pages[page_no]
+        if led.cur_no == page_no:
+            led.cur_no, led.cur_page = -1, None
+        if page.dirty:
+            # The page may point into the log's write buffer: hand that to the OS first, so an
+            # index on disk never points past its log's data if only the process dies.
+            active = self._active[led.dir_idx]
+            if active is not None:
+                active.write_out()
+            self._write_ledger_pages(led, [(page_no, page.slots)], keep_open=False)
+            page.dirty = False
+            self._dirty_evictions += 1
+
+    def _write_ledger_pages(self, led: _Ledger, pages: list[tuple[int, array]], keep_open: bool) -> int:
+        """Write pages (and the header when new or changed) to the index file. Lock held."""
+        header = None
+        if not led.file_exists or led.header_dirty:
+            header = encode_index_header(led.ledger_id, self._page_size, led.fenced, led.master_key)
+        if not led.file_exists:
+            subdir = led.path.parent
+            try:
+                subdir.mkdir()
+                self._dirs_to_sync.add(subdir.parent)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise BookieIOError(f"cannot create index directory {subdir}: {exc}") from exc
+            self._dirs_to_sync.add(subdir)
+        fd = write_index(led.path, header, pages, self._page_size, keep_open)
+        led.file_exists = True
+        led.header_dirty = False
+        for page_no, _ in pages:
+            if page_no >= led.file_pages:
+                led.file_pages = page_no + 1
+        if not keep_open:
+            self._unsynced_index.add(led.path)
+        return fd
+
+    def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The entry's data, verified against its record's CRC32C and ids."""
+        with self._lock:
+            self._check_open()
+            led = self._ledgers.get(ledger_id)
+            if led is None:
+                raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+            if entry_id < 0 or entry_id > led.last:
+                raise NoSuchEntryError(
+                    f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {led.last})"
+                )
+            v = self._slot(led, entry_id)
+            if not v:
+                raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
+            v -= 1
+            lg = self._logs.get(v >> 32)
+            if lg is None:
+                raise BookieIOError(
+                    f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "
+                    f"{v >> 32:08x}, which does not exist"
+                )
+            return lg.read_record(v & _OFFSET_MASK, ledger_id, entry_id)
+
+    # --- checkpoint ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
+        and header. When it returns, everything added before the call is durable."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+            if self._flush_failure:
+                raise BookieIOError(
+                    f"an earlier flush failed ({self._flush_failure}); what is durable is unknown: "
+                    "restart the bookie so the journal is replayed"
+                )
+            try:
+                self._flush_locked()
+            except BookieIOError as exc:
+                self._flush_failure = str(exc)
+                raise
+
+    def _flush_locked(self) -> None:
+        """The checkpoint itself; the caller holds ``_flush_mutex``."""
+        # 1. Entry logs: every record added so far reaches the disk before any index does.
+        with self._lock:
+            for lg in self._active:
+                if lg is not None:
+                    lg.write_out()
+            logs = [(lg, lg.written) for lg in self._logs.values() if lg.unsynced]
+            todo = sorted(self._dirty_ledgers)
+            self._dirty_ledgers = set()
+            maps, self._maps_to_sync = self._maps_to_sync, set()
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for lg, _ in logs:
+            lg.fsync()
+        for p in maps:
+            fsync_file(p)
+        for d in dirs:
+            fsync_dir(d)
+        with self._lock:
+            for lg, written in logs:
+                if lg.written == written:
+                    lg.unsynced = False
+        # 2. Index pages and headers, a chunk of ledgers per hold of the lock; the fsyncs run
+        # without it so adds and reads go on meanwhile.
+        for start in range(0, len(todo), _FLUSH_LEDGER_CHUNK):
+            opened: list[tuple[int, Path]] = []
+            try:
+                with self._lock:
+                    # Pages may have gained slots since step 1: keep their records ahead of them.
+                    for lg in self._active:
+                        if lg is not None:
+                            lg.write_out()
+                    for ledger_id in todo[start : start + _FLUSH_LEDGER_CHUNK]:
+                        led = self._ledgers.get(ledger_id)
+                        if led is None:
+                            continue
+                        dirty = [p for p in led.pages.values() if p.dirty]
+                        if not dirty and led.file_exists and not led.header_dirty:
+                            continue
+                        fd = self._write_ledger_pages(led, [(p.page_no, p.slots) for p in dirty], keep_open=True)
+                        opened.append((fd, led.path))
+                        for p in dirty:
+                            p.dirty = False
+                for fd, path in opened:
+                    try:
+                        os.fsync(fd)
+                    except OSError as exc:
+                        raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
+            finally:
+                for fd, _ in opened:
+                    os.close(fd)
+        # 3. Index files written by cache evictions, and directories of created/deleted files.
+        with self._lock:
+            paths, self._unsynced_index = self._unsynced_index, set()
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for p in paths:
+            fsync_file(p)
+        for d in dirs:
+            fsync_dir(d)
+
+    # --- GC and compaction ----------------------------------------------------------------------
+
+    def gc(self) -> StorageStats:
+        """Delete entry logs that hold no live ledger, then run a minor compaction (logs whose
+        live fraction is below ``minor_compaction_threshold``)."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+                self._gc_runs += 1
+            self._delete_dead_logs()
+            self._compact_locked(self.minor_compaction_threshold)
+        return self.stats()
+
+    def compact(self, threshold: float) -> StorageStats:
+        """Compact every finished log whose live fraction is below ``threshold`` (the bookie
+        passes the minor or the major threshold); logs with no live data are deleted."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+            self._compact_locked(threshold)
+        return self.stats()
+
+    def _delete_dead_logs(self) -> None:
+        with self._lock:
+            ledgers = self._ledgers
+            dead = [
+                lg
+                for lg in self._logs.values()
+                if lg.buf is None and not lg.pinned and not any(lid in ledgers for lid in lg.ledgers)
+            ]
+            for lg in dead:
+                del self._logs[lg.log_id]
+            # Index deletions must be durable before the logs they pointed into disappear.
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for d in dirs:
+            fsync_dir(d)
+        for lg in dead:
+            self._remove_log(lg)
+
+    def _remove_log(self, lg: EntryLog) -> None:
+        """Close and delete a log no index points into any more. ``_flush_mutex`` held."""
+        size = lg.written
+        lg.close()
+        _unlink(lg.path)
+        _unlink(lg.path.with_suffix(".lmap"))
+        _unlink(lg.path.with_suffix(".compacting"))
+        fsync_dir(lg.path.parent)
+        with self._lock:
+            self._maps_to_sync.discard(lg.path.with_suffix(".lmap"))
+            self._bytes_reclaimed += size
+
+    def _compact_locked(self, threshold: float) -> None:
+        with self._lock:
+            candidates: list[tuple[float, EntryLog]] = []
+            for lg in self._logs.values():
+                if lg.buf is not None or lg.pinned:
+                    continue
+                if lg.must_compact:
+                    candidates.append((-1.0, lg))
+                    continue
+                if threshold <= 0 or lg.total <= 0:
+                    continue
+                live = sum(n for lid, n in lg.ledgers.items() if lid in self._ledgers)
+                fraction = live / lg.total
+                if fraction < threshold:
+                    candidates.append((fraction, lg))
+        candidates.sort(key=lambda c: c[0])
+        for _, lg in candidates:
+            self._compact_log(lg)
+
+    def _compact_log(self, lg: EntryLog) -> None:
+        """Copy the live entries of ``lg`` into the active log, make the copies durable, point the
+        index at them, make the index durable, and only then delete ``lg``."""
+        intent = lg.path.with_suffix(".compacting")
+        if not lg.must_compact:
+            # Marks the log for re-compaction at the next open should a crash interrupt us
+            # after some index slots already point at the copies.
+            with open(intent, "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(intent.parent)
+        moved: list[tuple[int, int, int, int]] = []
+        scanner = LogScanner(lg.fd, lg.written, lg.path)
+        batch: list[ScannedRecord] = []
+        batch_bytes = 0
+        for rec in scanner:
+            batch.append(rec)
+            batch_bytes += rec.record_size
+            if batch_bytes >= _COMPACT_BATCH_BYTES:
+                self._copy_live(lg, batch, moved)
+                batch, batch_bytes = [], 0
+        if batch:
+            self._copy_live(lg, batch, moved)
+        if not scanner.clean:
+            # Copies made so far are unreferenced garbage; the log stays.
+            with self._lock:
+                lg.pinned = True
+            _unlink(intent)
+            log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
+            return
+        self._flush_locked()  # the copies are durable ...
+        for start in range(0, len(moved), _INDEX_UPDATE_CHUNK):
+            with self._lock:
+                for ledger_id, entry_id, old, new in moved[start : start + _INDEX_UPDATE_CHUNK]:
+                    led = self._ledgers.get(ledger_id)
+                    # Skip entries deleted or re-added since they were copied.
+                    if led is not None and self._slot(led, entry_id) == old:
+                        self._set_slot(led, entry_id, new)
+        self._flush_locked()  # ... before the index points at them, and that before the delete.
+        with self._lock:
+            self._logs.pop(lg.log_id, None)
+            self._compactions += 1
+        self._remove_log(lg)
+
+    def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
+        """Append the records of ``batch`` that the index still points at to the active logs."""
+        base = lg.log_id << 32
+        copied = 0
+        with self._lock:
+            for rec in batch:
+                led = self._ledgers.get(rec.ledger_id)
+                if led is None:
+                    continue
+                old = (base | rec.offset) + 1
+                if self._slot(led, rec.entry_id) != old:
+                    continue
+                ids = RECORD_IDS.pack(rec.ledger_id, rec.entry_id)
+                new = self._append(led.dir_idx, rec.ledger_id, ids, rec.data, rec.crc) + 1
+                moved.append((rec.ledger_id, rec.entry_id, old, new))
+                copied += rec.record_size
+            self._bytes_compacted += copied
+
+    # --- statistics ------------------------------------------------------------------------------
+
+    def stats(self) -> StorageStats:
+        """Ledger count, bytes on disk (logs incl. buffered bytes, index files), counters."""
+        with self._lock:
+            log_bytes = sum(lg.size for lg in self._logs.values())
+            index_bytes = sum(
+                INDEX_HEADER_SIZE + led.file_pages * self._page_size
+                for led in self._ledgers.values()
+                if led.file_exists
+            )
+            dirty = sum(1 for p in self._lru.values() if p.dirty)
+            return StorageStats(
+                ledgers=len(self._ledgers),
+                bytes_on_disk=log_bytes + index_bytes,
+                entries_written=self._entries_written,
+                gc_runs=self._gc_runs,
+                bytes_reclaimed=self._bytes_reclaimed,
+                extra={
+                    "entry_logs": len(self._logs),
+                    "entry_log_bytes": log_bytes,
+                    "index_bytes": index_bytes,
+                    "cache_pages": len(self._lru),
+                    "cache_dirty_pages": dirty,
+                    "cache_limit_pages": self._max_pages,
+                    "dirty_evictions": self._dirty_evictions,
+                    "compactions": self._compactions,
+                    "bytes_compacted": self._bytes_compacted,
+                    "pinned_logs": sum(1 for lg in self._logs.values() if lg.pinned),
+                },
+            )
+
+
+def _positive_int(opts: dict[str, Any], key: str) -> int:
+    value = opts[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"entrylog storage: option {key}={value!r} must be a positive integer")
+    return value
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BookieIOError(f"cannot delete {path}: {exc}") from exc

@@ -1,0 +1,279 @@
+"""Entry log files: append-only files of (ledger, entry, data) records behind a write buffer.
+
+One :class:`EntryLog` is one file. While it is a ledger directory's active log it owns a write
+buffer; appends only touch that buffer, and the buffer reaches the file in one ``pwrite`` when it
+is full, when the engine flushes, or before an index page that may point into it is written.
+Reading a record verifies its checksum and its ledger and entry ids. :class:`LogScanner` walks a
+log record by record (ledger-map rebuild and compaction) and tells a torn tail from corruption.
+
+Callers serialise access (the engine's lock); nothing here locks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ledgerstore.errors import BookieIOError
+from ledgerstore_entrylog.format import (
+    LOG_HEADER_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    decode_log_header,
+    encode_log_header,
+    log_file_name,
+    record_crc,
+)
+
+__all__ = ["EntryLog", "LogScanner", "ScannedRecord"]
+
+# First read of a record: header plus this much data, so small entries cost one pread.
+_FIRST_READ = 4096
+_SCAN_CHUNK = 4 * 1024 * 1024
+
+
+class EntryLog:
+    """One entry log file and, while active, its write buffer."""
+
+    __slots__ = (
+        "log_id",
+        "dir_idx",
+        "path",
+        "fd",
+        "written",
+        "buf",
+        "ledgers",
+        "total",
+        "unsynced",
+        "pinned",
+        "must_compact",
+    )
+
+    def __init__(self, log_id: int, dir_idx: int, path: Path, fd: int, written: int) -> None:
+        self.log_id = log_id
+        self.dir_idx = dir_idx
+        self.path = path
+        self.fd = fd
+        #: bytes of the file that have reached the OS (the buffer continues from here)
+        self.written = written
+        #: write buffer; None once the log is no longer active
+        self.buf: bytearray | None = None
+        #: record bytes per ledger: what GC and compaction use to estimate live data
+        self.ledgers: dict[int, int] = {}
+        self.total = 0
+        #: written since the last fsync
+        self.unsynced = False
+        #: the log could not be scanned cleanly: never deleted or compacted automatically
+        self.pinned = False
+        #: a compaction of this log was interrupted: compact it before anything else
+        self.must_compact = False
+
+    @classmethod
+    def create(cls, log_id: int, dir_idx: int, current: Path) -> EntryLog:
+        """Create a new, empty, active log; its header goes out with the first buffer write."""
+        path = current / log_file_name(log_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise BookieIOError(f"cannot create entry log {path}: {exc}") from exc
+        log = cls(log_id, dir_idx, path, fd, 0)
+        log.buf = bytearray(encode_log_header(log_id))
+        log.unsynced = True
+        return log
+
+    @classmethod
+    def open_existing(cls, log_id: int, dir_idx: int, path: Path) -> EntryLog:
+        """Open a finished log for reading; BookieIOError if its header is damaged. A file shorter
+        than a header is a log created just before a crash that never received data."""
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise BookieIOError(f"cannot open entry log {path}: {exc}") from exc
+        try:
+            size = os.fstat(fd).st_size
+            if size >= LOG_HEADER_SIZE:
+                found = decode_log_header(os.pread(fd, LOG_HEADER_SIZE, 0), path)
+                if found != log_id:
+                    raise BookieIOError(f"entry log {path}: header says log id {found}, name says {log_id}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(log_id, dir_idx, path, fd, size)
+
+    @property
+    def size(self) -> int:
+        """Bytes in the log, buffered ones included."""
+        buf = self.buf
+        return self.written + (len(buf) if buf is not None else 0)
+
+    def write_out(self) -> None:
+        """Hand the write buffer to the OS (no fsync)."""
+        buf = self.buf
+        if not buf:
+            return
+        view = memoryview(buf)
+        pos = self.written
+        try:
+            while view:
+                n = os.pwrite(self.fd, view, pos)
+                pos += n
+                view = view[n:]
+        except OSError as exc:
+            raise BookieIOError(f"write to entry log {self.path} at offset {pos} failed: {exc}") from exc
+        finally:
+            view.release()
+        self.written = pos
+        self.buf = bytearray()
+        self.unsynced = True
+
+    def finish(self) -> None:
+        """Stop being active: write the buffer out and drop it."""
+        self.write_out()
+        self.buf = None
+
+    def fsync(self) -> None:
+        """Make everything written so far durable."""
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise BookieIOError(f"fsync of entry log {self.path} failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Release the file descriptor."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _damaged(self, offset: int, ledger_id: int, entry_id: int, what: str) -> BookieIOError:
+        return BookieIOError(
+            f"entry log {self.path}: record at offset {offset} for ledger {ledger_id} entry {entry_id} "
+            f"{what}; the entry must be read from another replica"
+        )
+
+    def read_record(self, offset: int, ledger_id: int, entry_id: int) -> bytes:
+        """The data of the record at ``offset``, verified to be (ledger_id, entry_id) with a good
+        checksum; BookieIOError naming file, offset, ledger and entry otherwise."""
+        hs = RECORD_HEADER_SIZE
+        if offset >= self.written:
+            buf = self.buf
+            rel = offset - self.written
+            if buf is None or rel + hs > len(buf):
+                raise self._damaged(offset, ledger_id, entry_id, "is beyond the end of the log")
+            length, crc, rlid, reid = RECORD_HEADER.unpack_from(buf, rel)
+            if rel + hs + length > len(buf):
+                raise self._damaged(offset, ledger_id, entry_id, "is truncated")
+            ids = bytes(buf[rel + 8 : rel + hs])
+            data = bytes(buf[rel + hs : rel + hs + length])
+        else:
+            try:
+                raw = os.pread(self.fd, _FIRST_READ, offset)
+                if len(raw) < hs:
+                    raise self._damaged(offset, ledger_id, entry_id, "is truncated (header cut off)")
+                length, crc, rlid, reid = RECORD_HEADER.unpack_from(raw)
+                if hs + length <= len(raw):
+                    data = raw[hs : hs + length]
+                else:
+                    rest = hs + length - len(raw)
+                    more = os.pread(self.fd, rest, offset + len(raw))
+                    if len(more) != rest:
+                        raise self._damaged(offset, ledger_id, entry_id, f"is truncated (length {length})")
+                    data = raw[hs:] + more
+            except OSError as exc:
+                raise self._damaged(offset, ledger_id, entry_id, f"could not be read: {exc}") from exc
+            ids = raw[8:hs]
+        if rlid != ledger_id or reid != entry_id:
+            raise self._damaged(offset, ledger_id, entry_id, f"holds ledger {rlid} entry {reid} instead")
+        if record_crc(ids, data) != crc:
+            raise self._damaged(offset, ledger_id, entry_id, "fails its CRC32C check")
+        return data
+
+
+class ScannedRecord:
+    """One record met by :class:`LogScanner`."""
+
+    __slots__ = ("offset", "ledger_id", "entry_id", "crc", "data")
+
+    def __init__(self, offset: int, ledger_id: int, entry_id: int, crc: int, data: memoryview) -> None:
+        self.offset = offset
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.crc = crc
+        self.data = data
+
+    @property
+    def record_size(self) -> int:
+        return RECORD_HEADER_SIZE + len(self.data)
+
+
+class LogScanner:
+    """Iterate over the records of a finished log file, reading it in large chunks.
+
+    After iteration, ``clean`` says whether the whole file was accounted for: either every byte
+    belonged to a good record, or what followed the last good record is a torn tail (a record cut
+    off by the end of the file, or zeros up to the end of the file), which is what a crash leaves.
+    A bad record followed by more data is corruption: ``clean`` is False and ``error`` says where.
+    """
+
+    def __init__(self, fd: int, size: int, path: Path, chunk: int = _SCAN_CHUNK) -> None:
+        self.fd = fd
+        self.size = size
+        self.path = path
+        self.chunk_size = chunk
+        self.end = LOG_HEADER_SIZE
+        self.clean = True
+        self.error = ""
+        self._chunk = b""
+        self._chunk_off = 0
+
+    def _get(self, pos: int, n: int) -> memoryview:
+        off = self._chunk_off
+        if pos < off or pos + n > off + len(self._chunk):
+            want = min(max(n, self.chunk_size), self.size - pos)
+            try:
+                self._chunk = os.pread(self.fd, want, pos)
+            except OSError as exc:
+                raise BookieIOError(f"entry log {self.path}: read at offset {pos} failed: {exc}") from exc
+            self._chunk_off = off = pos
+            if len(self._chunk) < n:
+                raise BookieIOError(f"entry log {self.path}: file shrank while being scanned at offset {pos}")
+        return memoryview(self._chunk)[pos - off : pos - off + n]
+
+    def _zeros_to_end(self, pos: int) -> bool:
+        while pos < self.size:
+            n = min(self.chunk_size, self.size - pos)
+            if self._get(pos, n).tobytes().count(0) != n:
+                return False
+            pos += n
+        return True
+
+    def _stop(self, pos: int, torn: bool, what: str) -> None:
+        self.end = pos
+        if not torn:
+            self.clean = False
+            self.error = f"entry log {self.path}: {what} at offset {pos} with {self.size - pos} bytes after it"
+
+    def __iter__(self) -> Iterator[ScannedRecord]:
+        hs = RECORD_HEADER_SIZE
+        pos, size = LOG_HEADER_SIZE, self.size
+        while pos < size:
+            if size - pos < hs:
+                self._stop(pos, True, "partial record header")
+                return
+            head = self._get(pos, hs)
+            length, crc, lid, eid = RECORD_HEADER.unpack_from(head)
+            if length == 0 and crc == 0 and lid == 0 and eid == 0:
+                self._stop(pos, self._zeros_to_end(pos), "zeroed record header")
+                return
+            end = pos + hs + length
+            if end > size:
+                self._stop(pos, True, f"record of length {length} running past the end")
+                return
+            rec = self._get(pos, hs + length)
+            data = rec[hs:]
+            if record_crc(rec[8:hs], data) != crc:
+                self._stop(pos, end == size or self._zeros_to_end(end), "record failing its CRC32C check")
+                return
+            yield ScannedRecord(pos, lid, eid, crc, data)
+            pos = end
+        self.end = pos

@@ -1,0 +1,116 @@
+"""Per-ledger index files: a 512-byte header, then fixed-size pages of u64 entry locations.
+
+Slot ``e`` of the file (page ``e // slots_per_page``) holds ``((log_id << 32) | offset) + 1`` for
+entry ``e``; 0 means absent. Files are opened for each batch of page IO and closed again, so a
+bookie with many ledgers does not hold a descriptor per ledger, and a descriptor is never shared
+between threads.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+
+from ledgerstore.errors import BookieIOError
+from ledgerstore_entrylog.format import (
+    INDEX_HEADER_SIZE,
+    IndexHeader,
+    decode_index_header,
+    page_from_bytes,
+    page_to_disk,
+)
+
+__all__ = ["read_header", "read_page", "read_last_pages", "write_index", "fsync_file", "fsync_dir"]
+
+
+def read_header(path: Path) -> tuple[IndexHeader, int]:
+    """The decoded header and the file size; BookieIOError naming the file if damaged."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            raw = f.read(INDEX_HEADER_SIZE)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        raise BookieIOError(f"cannot read index file {path}: {exc}") from exc
+    return decode_index_header(raw, path), size
+
+
+def read_page(path: Path, page_no: int, page_size: int) -> array:
+    """Page ``page_no`` of an index file (zeros where the file is short or sparse)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return page_from_bytes(b"", page_size // 8)
+    except OSError as exc:
+        raise BookieIOError(f"cannot open index file {path}: {exc}") from exc
+    try:
+        raw = os.pread(fd, page_size, INDEX_HEADER_SIZE + page_no * page_size)
+    except OSError as exc:
+        raise BookieIOError(f"read of page {page_no} of index file {path} failed: {exc}") from exc
+    finally:
+        os.close(fd)
+    return page_from_bytes(raw, page_size // 8)
+
+
+def read_last_pages(path: Path, file_size: int, page_size: int) -> Iterable[tuple[int, array]]:
+    """Pages of an index file from the last one backwards (used to find the last entry at open)."""
+    n_pages = (file_size - INDEX_HEADER_SIZE + page_size - 1) // page_size
+    for page_no in range(n_pages - 1, -1, -1):
+        yield page_no, read_page(path, page_no, page_size)
+
+
+def write_index(
+    path: Path, header: bytes | None, pages: Iterable[tuple[int, array]], page_size: int, keep_open: bool
+) -> int:
+    """Write the header (if given) and pages in place, creating the file if needed. Returns the
+    still-open descriptor when ``keep_open`` (the caller fsyncs and closes it), else -1."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BookieIOError(f"cannot open index file {path} for writing: {exc}") from exc
+    try:
+        if header is not None:
+            os.pwrite(fd, header, 0)
+        for page_no, page in pages:
+            os.pwrite(fd, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
+    except OSError as exc:
+        os.close(fd)
+        raise BookieIOError(f"write to index file {path} failed: {exc}") from exc
+    if keep_open:
+        return fd
+    os.close(fd)
+    return -1
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file by path (fsync covers every descriptor's writes to the inode); a file deleted
+    in the meantime needs no syncing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BookieIOError(f"cannot open {path} to fsync it: {exc}") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise BookieIOError(f"fsync of {path} failed: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that file creations and deletions in it are durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BookieIOError(f"cannot open directory {path} to fsync it: {exc}") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise BookieIOError(f"fsync of directory {path} failed: {exc}") from exc
+    finally:
+        os.close(fd)

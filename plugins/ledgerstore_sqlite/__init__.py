@@ -1,0 +1,11 @@
+"""``sqlite`` metadata backend: the embedded default MetadataStore.
+
+One sqlite database file holds the metadata of a cluster whose processes (a client and the
+bookies of ``ledgerstore standalone``) run on one machine. Select it with
+``metadata = "sqlite:///path/to/meta.db"``. Schema, options, and the multi-process and
+durability story: ``docs/metadata-sqlite.md``.
+"""
+
+from ledgerstore_sqlite.store import SqliteMetadataStore, path_from_uri
+
+__all__ = ["SqliteMetadataStore", "path_from_uri"]

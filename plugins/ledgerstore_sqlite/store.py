@@ -1,0 +1,615 @@
+"""The ``sqlite`` MetadataStore: one database file shared by every process of a machine.
+
+Threading: each store owns one sqlite connection, used only from one dedicated worker thread
+(a single-thread executor). Every coroutine ships its SQL there with ``run_in_executor``, so the
+event loop never blocks on the disk or on another process's write lock, and the connection is
+never touched by two threads.
+
+Multi-process safety comes from sqlite itself: WAL journal mode (readers never block the writer),
+a busy timeout (a writer waits for another process's write lock instead of failing), and
+``BEGIN IMMEDIATE`` around every read-modify-write, so a compare-and-set reads and writes under
+the one write lock. See ``docs/metadata-sqlite.md`` and :mod:`ledgerstore_sqlite.schema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ledgerstore.api import (
+    NOT_EXISTS,
+    EventType,
+    MetadataStore,
+    Notification,
+    NotificationCallback,
+    Subscription,
+    Versioned,
+)
+from ledgerstore.errors import (
+    BadVersionError,
+    ConfigError,
+    InvalidArgumentError,
+    KeyExistsError,
+    MetadataError,
+    NoSuchKeyError,
+)
+
+from ledgerstore_sqlite import schema
+from ledgerstore_sqlite.schema import immediate
+
+__all__ = ["SqliteMetadataStore", "path_from_uri"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SCHEME = "sqlite://"
+#: change rows fetched per poll; a full batch is followed by another fetch without sleeping
+_POLL_BATCH = 5000
+#: keys fetched per step of the children() scan
+_CHILDREN_BATCH = 256
+
+_DEFAULTS: dict[str, float | str] = {
+    "session_ttl": 10.0,
+    "poll_interval": 0.05,
+    "busy_timeout": 30.0,
+    "synchronous": "full",
+}
+
+
+def path_from_uri(uri: str) -> str:
+    """The absolute database path of a ``sqlite://PATH`` URI.
+
+    ``PATH`` is everything after ``sqlite://``: ``sqlite:///var/lib/ls/meta.db`` is
+    ``/var/lib/ls/meta.db``; ``sqlite://data/meta.db`` is ``data/meta.db`` under the current
+    directory (resolved when the store is constructed).
+    """
+    if not uri.startswith(_SCHEME):
+        raise ConfigError(
+            f"sqlite metadata URI {uri!r} must start with {_SCHEME!r}, e.g. sqlite:///path/meta.db"
+        )
+    path = uri[len(_SCHEME) :]
+    if not path:
+        raise ConfigError(f"sqlite metadata URI {uri!r} names no file; use sqlite:///absolute/path/meta.db")
+    return os.path.abspath(path)
+
+
+def _parse_options(options: dict[str, object]) -> dict[str, float | str]:
+    unknown = sorted(set(options) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(
+            f"unknown sqlite metadata option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(_DEFAULTS))}"
+        )
+    parsed: dict[str, float | str] = dict(_DEFAULTS)
+    for name, raw in options.items():
+        if name == "synchronous":
+            mode = str(raw).lower()
+            if mode not in ("full", "normal"):
+                raise ConfigError(f"sqlite metadata option synchronous={raw!r}: use 'full' or 'normal'")
+            parsed[name] = mode
+            continue
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"sqlite metadata option {name}={raw!r} is not a number of seconds") from None
+        if not value > 0:
+            raise ConfigError(f"sqlite metadata option {name}={raw!r} must be greater than 0 seconds")
+        parsed[name] = value
+    return parsed
+
+
+def _norm_key(key: str) -> str:
+    if not key.startswith("/"):
+        raise InvalidArgumentError(f"metadata key {key!r} must be an absolute path starting with '/'")
+    if len(key) > 1:
+        key = key.rstrip("/") or "/"
+    return key
+
+
+def _subtree_bounds(key: str) -> tuple[str, str]:
+    """``(lo, hi)`` such that the keys strictly below ``key`` are exactly ``lo < k < hi``.
+
+    ``'0'`` is the character after ``'/'``, so every ``key/...`` sorts between ``key/`` and
+    ``key0`` under sqlite's binary collation, and ``keyx`` (a sibling) does not.
+    """
+    base = "" if key == "/" else key
+    return base + "/", base + "0"
+
+
+class _Subscription(Subscription):
+    __slots__ = ("_store", "prefix", "callback", "from_revision", "active")
+
+    def __init__(
+        self, store: SqliteMetadataStore, prefix: str, callback: NotificationCallback, rev: int
+    ) -> None:
+        self._store = store
+        self.prefix = prefix
+        self.callback = callback
+        self.from_revision = rev
+        self.active = True
+
+    def matches(self, key: str) -> bool:
+        p = self.prefix
+        return p == "/" or key == p or key.startswith(p + "/")
+
+    def cancel(self) -> None:
+        """Stop callbacks; takes effect at once, even in the middle of a delivered batch."""
+        self.active = False
+        with contextlib.suppress(ValueError):
+            self._store._subs.remove(self)
+
+
+class SqliteMetadataStore(MetadataStore):
+    """MetadataStore on a local sqlite file, shareable by several processes on one machine.
+
+    ``uri``: ``sqlite:///absolute/path/meta.db`` or ``sqlite://relative/path/meta.db``.
+    Options: ``session_ttl`` (seconds, default 10: ephemeral keys of a process killed with
+    SIGKILL vanish within about this), ``poll_interval`` (seconds between polls of the change
+    table while watches exist, default 0.05), ``busy_timeout`` (seconds to wait for another
+    process's write lock, default 30), ``synchronous`` (``"full"``, the default, or ``"normal"``).
+
+    Versions are values of one global revision counter. A plain ``put`` on an ephemeral key keeps
+    it ephemeral and owned by its session (as in ZooKeeper); ``put_ephemeral`` takes it over.
+    """
+
+    schemes = ("sqlite",)
+
+    def __init__(self, uri: str, **options: object) -> None:
+        super().__init__(uri, **options)
+        self.path = path_from_uri(uri)
+        opts = _parse_options(dict(options))
+        self.session_ttl = float(opts["session_ttl"])
+        self.poll_interval = float(opts["poll_interval"])
+        self.busy_timeout = float(opts["busy_timeout"])
+        self.synchronous = str(opts["synchronous"]).upper()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        # Read and written only on the worker thread.
+        self._session_id: int | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._started = False
+        self._closed = False
+        self._subs: list[_Subscription] = []
+        self._last_seen = 0
+        self._poller: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteMetadataStore({self.uri!r})"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open (or create) the database and its schema, and open a session. Idempotent."""
+        if self._closed:
+            raise MetadataError(
+                f"sqlite metadata store {self.path} is closed; create a new store to reconnect"
+            )
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._started:
+                return
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ledgerstore-sqlite")
+            try:
+                await self._call("opening the database", self._sync_open)
+            except BaseException:
+                self._executor.shutdown(wait=False)
+                self._executor = None
+                raise
+            self._started = True
+            self._heartbeat = asyncio.get_running_loop().create_task(
+                self._heartbeat_loop(), name=f"sqlite-heartbeat {self.path}"
+            )
+
+    async def close(self) -> None:
+        """Delete this session's ephemeral keys and its session row, stop background tasks and
+        close the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in self._subs:
+            sub.active = False
+        self._subs.clear()
+        for task in (self._heartbeat, self._poller):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._heartbeat = self._poller = None
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._sync_close)
+        except sqlite3.Error as exc:
+            # The session row will expire and be reaped by another store; nothing is lost.
+            log.warning("sqlite metadata store %s: could not end the session cleanly: %s", self.path, exc)
+        finally:
+            executor.shutdown(wait=False)
+
+    # --- the primitives ------------------------------------------------------------------------
+
+    async def get(self, key: str) -> Versioned | None:
+        """Value and version of ``key``, or ``None``."""
+        key = _norm_key(key)
+        return await self._call(f"get {key}", self._sync_get, key)
+
+    async def put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
+        """Write ``value``; see :meth:`MetadataStore.put` for ``expected_version``."""
+        key = _norm_key(key)
+        rev, _ = await self._call(f"put {key}", self._sync_put, key, bytes(value), expected_version, False)
+        return rev
+
+    async def put_ephemeral(self, key: str, value: bytes) -> int:
+        """Create or overwrite ``key`` owned by this store's session."""
+        key = _norm_key(key)
+        rev, replaced = await self._call(
+            f"put_ephemeral {key}", self._sync_put, key, bytes(value), None, True
+        )
+        if replaced:
+            self._announce_new_session()
+        return rev
+
+    async def delete(self, key: str, expected_version: int | None = None) -> None:
+        """Delete ``key``; :class:`NoSuchKeyError` if absent, :class:`BadVersionError` on a
+        version mismatch. Keys below ``key`` are separate keys and are left alone."""
+        key = _norm_key(key)
+        await self._call(f"delete {key}", self._sync_delete, key, expected_version)
+
+    async def delete_recursive(self, key: str) -> None:
+        """Delete ``key`` and every key below it in one transaction."""
+        key = _norm_key(key)
+        await self._call(f"delete_recursive {key}", self._sync_delete_tree, key)
+
+    async def children(self, key: str) -> list[str]:
+        """Sorted names of the direct children of ``key`` (valued or implied by deeper keys)."""
+        key = _norm_key(key)
+        return await self._call(f"children {key}", self._sync_children, key)
+
+    async def next_id(self, name: str) -> int:
+        """Next value of counter ``name``, starting at 1; unique across processes and restarts."""
+        return await self._call(f"next_id {name!r}", self._sync_next_id, name)
+
+    async def watch(self, prefix: str, callback: NotificationCallback) -> Subscription:
+        """Call ``callback`` on this loop for each change at or below ``prefix`` (on path
+        boundaries: ``/w`` sees ``/w`` and ``/w/x``, not ``/wx``) committed after this call."""
+        prefix = _norm_key(prefix)
+        rev = await self._call(f"watch {prefix}", self._sync_revision)
+        sub = _Subscription(self, prefix, callback, rev)
+        self._subs.append(sub)
+        if self._poller is None or self._poller.done():
+            self._last_seen = max(self._last_seen, rev)
+            self._poller = asyncio.get_running_loop().create_task(
+                self._poll_loop(), name=f"sqlite-watch {self.path}"
+            )
+        return sub
+
+    # --- running SQL on the worker thread ------------------------------------------------------
+
+    async def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise MetadataError(f"sqlite metadata store {self.path} is closed; cannot {what}")
+        executor = self._executor
+        if executor is None:
+            raise MetadataError(
+                f"sqlite metadata store {self.path} is not started; await start() before {what}"
+            )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+        except sqlite3.Error as exc:
+            raise MetadataError(f"sqlite metadata store {self.path}: {what} failed: {exc}") from exc
+
+    def _db(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            raise MetadataError(f"sqlite metadata store {self.path} has no open connection")
+        return conn
+
+    def _sync_open(self) -> None:
+        parent = os.path.dirname(self.path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise MetadataError(
+                f"sqlite metadata store {self.path}: cannot create directory {parent}: {exc}"
+            ) from exc
+        self._conn = schema.connect(self.path, self.busy_timeout, self.synchronous)
+        try:
+            now = time.time()
+            with immediate(self._conn) as conn:
+                self._reap_locked(conn, now)
+                self._session_id = self._new_session_locked(conn, now)
+        except BaseException:
+            self._conn.close()
+            self._conn = None
+            raise
+
+    def _sync_close(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            if self._session_id is not None:
+                with immediate(conn):
+                    self._drop_session_keys_locked(conn, self._session_id, time.time())
+                    conn.execute("DELETE FROM sessions WHERE id = ?", (self._session_id,))
+        finally:
+            self._session_id = None
+            self._conn = None
+            conn.close()
+
+    def _sync_get(self, key: str) -> Versioned | None:
+        row = self._db().execute("SELECT value, version FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else Versioned(bytes(row[0]), row[1])
+
+    def _sync_revision(self) -> int:
+        row = self._db().execute("SELECT value FROM meta WHERE name = 'revision'").fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _bump_locked(conn: sqlite3.Connection, n: int = 1) -> int:
+        """Reserve ``n`` revisions; returns the last one."""
+        rows = conn.execute(
+            "UPDATE meta SET value = value + ? WHERE name = 'revision' RETURNING value", (n,)
+        ).fetchall()
+        return int(rows[0][0])
+
+    def _sync_put(self, key: str, value: bytes, expected: int | None, ephemeral: bool) -> tuple[int, bool]:
+        now = time.time()
+        replaced = False
+        with immediate(self._db()) as conn:
+            row = conn.execute("SELECT version FROM kv WHERE key = ?", (key,)).fetchone()
+            if expected == NOT_EXISTS:
+                if row is not None:
+                    raise KeyExistsError(
+                        f"cannot create {key}: it already exists (version {row[0]}); read it and use its version to update"
+                    )
+            elif expected is not None:
+                if row is None:
+                    raise BadVersionError(
+                        f"cannot update {key} at version {expected}: the key does not exist"
+                    )
+                if row[0] != expected:
+                    raise BadVersionError(
+                        f"cannot update {key}: expected version {expected}, found {row[0]}; re-read and retry"
+                    )
+            rev = self._bump_locked(conn)
+            if ephemeral:
+                replaced = self._renew_locked(conn, now)
+                conn.execute(
+                    "INSERT INTO kv(key, value, version, session) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version, "
+                    "session = excluded.session",
+                    (key, value, rev, self._session_id),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO kv(key, value, version, session) VALUES (?, ?, ?, NULL) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version",
+                    (key, value, rev),
+                )
+            kind = EventType.CREATED if row is None else EventType.MODIFIED
+            conn.execute(
+                "INSERT INTO changes(revision, key, type, ts) VALUES (?, ?, ?, ?)",
+                (rev, key, kind.value, now),
+            )
+        return rev, replaced
+
+    def _sync_delete(self, key: str, expected: int | None) -> None:
+        with immediate(self._db()) as conn:
+            row = conn.execute("SELECT version FROM kv WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise NoSuchKeyError(f"cannot delete {key}: no such key")
+            if expected is not None and row[0] != expected:
+                raise BadVersionError(
+                    f"cannot delete {key}: expected version {expected}, found {row[0]}; re-read and retry"
+                )
+            rev = self._bump_locked(conn)
+            conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+            conn.execute(
+                "INSERT INTO changes(revision, key, type, ts) VALUES (?, ?, ?, ?)",
+                (rev, key, EventType.DELETED.value, time.time()),
+            )
+
+    def _sync_delete_tree(self, key: str) -> None:
+        lo, hi = _subtree_bounds(key)
+        where = "key = ? OR (key > ? AND key < ?)"
+        with immediate(self._db()) as conn:
+            keys = [
+                r[0] for r in conn.execute(f"SELECT key FROM kv WHERE {where} ORDER BY key", (key, lo, hi))
+            ]
+            if keys:
+                self._delete_keys_locked(conn, keys, time.time())
+                conn.execute(f"DELETE FROM kv WHERE {where}", (key, lo, hi))
+
+    def _delete_keys_locked(self, conn: sqlite3.Connection, keys: list[str], now: float) -> None:
+        """Record DELETED change rows for ``keys`` (the caller deletes the kv rows)."""
+        last = self._bump_locked(conn, len(keys))
+        first = last - len(keys) + 1
+        deleted = EventType.DELETED.value
+        conn.executemany(
+            "INSERT INTO changes(revision, key, type, ts) VALUES (?, ?, ?, ?)",
+            [(first + i, k, deleted, now) for i, k in enumerate(keys)],
+        )
+
+    def _sync_children(self, key: str) -> list[str]:
+        # Skip-scan: read keys of the subtree in batches, and when a key lies deeper than one
+        # level, jump past that child's whole subtree; so a child with a million descendants
+        # costs one probe, while a flat directory is read in batches.
+        conn = self._db()
+        lo, hi = _subtree_bounds(key)
+        names: set[str] = set()
+        cursor, op = lo, ">"
+        while True:
+            rows = conn.execute(
+                f"SELECT key FROM kv WHERE key {op} ? AND key < ? ORDER BY key LIMIT {_CHILDREN_BATCH}",
+                (cursor, hi),
+            ).fetchall()
+            jumped = False
+            for (k,) in rows:
+                name, sep, _ = k[len(lo) :].partition("/")
+                if name:
+                    names.add(name)
+                if sep:
+                    cursor, op, jumped = lo + name + "0", ">=", True
+                    break
+                cursor, op = k, ">"
+            if not jumped and len(rows) < _CHILDREN_BATCH:
+                return sorted(names)
+
+    def _sync_next_id(self, name: str) -> int:
+        with immediate(self._db()) as conn:
+            rows = conn.execute(
+                "INSERT INTO counters(name, value) VALUES (?, 1) "
+                "ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
+                (name,),
+            ).fetchall()
+        return int(rows[0][0])
+
+    def _sync_changes(self, after: int) -> list[tuple[int, str, str]]:
+        return (
+            self._db()
+            .execute(
+                f"SELECT revision, key, type FROM changes WHERE revision > ? ORDER BY revision LIMIT {_POLL_BATCH}",
+                (after,),
+            )
+            .fetchall()
+        )
+
+    # --- sessions --------------------------------------------------------------------------------
+
+    def _new_session_locked(self, conn: sqlite3.Connection, now: float) -> int:
+        cur = conn.execute(
+            "INSERT INTO sessions(expires_at, ttl, pid, created_at) VALUES (?, ?, ?, ?)",
+            (now + self.session_ttl, self.session_ttl, os.getpid(), now),
+        )
+        return int(cur.lastrowid or 0)
+
+    def _renew_locked(self, conn: sqlite3.Connection, now: float) -> bool:
+        """Extend this store's session; if it was reaped meanwhile, open a new one and return True."""
+        cur = conn.execute(
+            "UPDATE sessions SET expires_at = ? WHERE id = ?", (now + self.session_ttl, self._session_id)
+        )
+        if cur.rowcount == 1:
+            return False
+        self._session_id = self._new_session_locked(conn, now)
+        return True
+
+    def _drop_session_keys_locked(self, conn: sqlite3.Connection, session: int, now: float) -> None:
+        keys = [r[0] for r in conn.execute("SELECT key FROM kv WHERE session = ? ORDER BY key", (session,))]
+        if keys:
+            self._delete_keys_locked(conn, keys, now)
+            conn.execute("DELETE FROM kv WHERE session = ?", (session,))
+
+    def _reap_locked(self, conn: sqlite3.Connection, now: float) -> None:
+        """Remove expired sessions of other (dead or stalled) processes and their ephemeral keys,
+        and ephemeral keys whose session row is gone."""
+        dead = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE expires_at < ?", (now,))]
+        orphaned = [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT session FROM kv WHERE session IS NOT NULL "
+                "AND session NOT IN (SELECT id FROM sessions)"
+            )
+        ]
+        for session in dict.fromkeys(dead + orphaned):
+            self._drop_session_keys_locked(conn, session, now)
+        if dead:
+            conn.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
+
+    def _prune_changes_locked(self, conn: sqlite3.Connection, now: float) -> None:
+        newest = conn.execute("SELECT max(revision) FROM changes").fetchone()[0]
+        if newest is None:
+            return
+        by_count = newest - schema.CHANGE_RETENTION_ROWS
+        # Timestamps grow with revisions, so the first young row bounds the old ones; this walks
+        # only the rows being removed instead of scanning the table.
+        first_young = conn.execute(
+            "SELECT revision FROM changes WHERE ts >= ? ORDER BY revision LIMIT 1",
+            (now - schema.CHANGE_RETENTION_SECONDS,),
+        ).fetchone()
+        by_age = (first_young[0] if first_young else newest + 1) - 1
+        conn.execute("DELETE FROM changes WHERE revision <= ?", (max(by_count, by_age),))
+
+    def _sync_heartbeat(self) -> bool:
+        now = time.time()
+        with immediate(self._db()) as conn:
+            replaced = self._renew_locked(conn, now)
+            self._reap_locked(conn, now)
+            self._prune_changes_locked(conn, now)
+        return replaced
+
+    def _announce_new_session(self) -> None:
+        for event in ("lost", "restored"):
+            try:
+                self._fire_session_event(event)
+            except Exception:
+                log.exception("sqlite metadata store %s: a session listener failed on %r", self.path, event)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.session_ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                replaced = await self._call("session heartbeat", self._sync_heartbeat)
+            except MetadataError as exc:
+                # Keep beating: the session survives as long as one beat lands within the TTL,
+                # and a later beat reports the loss if it did not.
+                log.warning("%s", exc)
+                continue
+            if replaced:
+                log.warning(
+                    "sqlite metadata store %s: the session expired (this process stalled for longer than "
+                    "session_ttl=%ss) and its ephemeral keys were removed; a new session is open",
+                    self.path,
+                    self.session_ttl,
+                )
+                self._announce_new_session()
+
+    # --- notifications ---------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        while self._subs:
+            try:
+                rows = await self._call("reading the change table", self._sync_changes, self._last_seen)
+            except MetadataError as exc:
+                log.warning("%s", exc)
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if rows:
+                if rows[0][0] > self._last_seen + 1:
+                    log.warning(
+                        "sqlite metadata store %s: change rows %d..%d were pruned before this watcher read "
+                        "them (it stalled for longer than the retention window); some notifications are lost",
+                        self.path,
+                        self._last_seen + 1,
+                        rows[0][0] - 1,
+                    )
+                self._deliver(rows)
+                self._last_seen = rows[-1][0]
+                if len(rows) == _POLL_BATCH:
+                    continue
+            await asyncio.sleep(self.poll_interval)
+
+    def _deliver(self, rows: list[tuple[int, str, str]]) -> None:
+        subs = self._subs
+        for rev, key, kind in rows:
+            note: Notification | None = None
+            for sub in list(subs):
+                if not sub.active or rev <= sub.from_revision or not sub.matches(key):
+                    continue
+                if note is None:
+                    note = Notification(EventType(kind), key)
+                try:
+                    sub.callback(note)
+                except Exception:
+                    log.exception(
+                        "sqlite metadata store %s: watch callback for %s failed", self.path, sub.prefix
+                    )
