@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from crc32c import crc32c
-
 from ledgerstore.api import StorageEngine, StorageStats
 from ledgerstore.errors import (
     BookieIOError,
@@ -35,6 +34,7 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
+
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
@@ -49,7 +49,14 @@ from ledgerstore_entrylog.format import (
     index_path,
     parse_log_file_name,
 )
-from ledgerstore_entrylog.index import fsync_dir, fsync_file, read_header, read_last_pages, read_page, write_index
+from ledgerstore_entrylog.index import (
+    fsync_dir,
+    fsync_file,
+    read_header,
+    read_last_pages,
+    read_page,
+    write_index,
+)
 
 __all__ = ["EntryLogStorage"]
 
@@ -230,7 +237,9 @@ class EntryLogStorage(StorageEngine):
                 self._logs[log_id] = lg
                 self._load_ledger_map(lg)
             for name in names:
-                if name.endswith(".compacting"):
+                if name.endswith(".lmap") and parse_log_file_name(name[: -len(".lmap")] + ".log") not in self._logs:
+                    _unlink(current / name)  # left by a crash while its log was being deleted
+                elif name.endswith(".compacting"):
                     log_id = parse_log_file_name(name[: -len(".compacting")] + ".log")
                     if log_id is not None and log_id in self._logs:
                         # An interrupted compaction: some index slots may already point at the
@@ -692,13 +701,13 @@ class EntryLogStorage(StorageEngine):
                         led = self._ledgers.get(ledger_id)
                         if led is None:
                             continue
-                        dirty = [p for p in led.pages.values() if p.dirty]
+                        dirty = [pg for pg in led.pages.values() if pg.dirty]
                         if not dirty and led.file_exists and not led.header_dirty:
                             continue
-                        fd = self._write_ledger_pages(led, [(p.page_no, p.slots) for p in dirty], keep_open=True)
+                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in dirty], keep_open=True)
                         opened.append((fd, led.path))
-                        for p in dirty:
-                            p.dirty = False
+                        for pg in dirty:
+                            pg.dirty = False
                 for fd, path in opened:
                     try:
                         os.fsync(fd)
@@ -759,8 +768,10 @@ class EntryLogStorage(StorageEngine):
         """Close and delete a log no index points into any more. ``_flush_mutex`` held."""
         size = lg.written
         lg.close()
-        _unlink(lg.path)
+        # Map first, intent last: a crash in between leaves a log without a map (rescanned at
+        # open) or an intent that makes the next compaction finish the job.
         _unlink(lg.path.with_suffix(".lmap"))
+        _unlink(lg.path)
         _unlink(lg.path.with_suffix(".compacting"))
         fsync_dir(lg.path.parent)
         with self._lock:
@@ -793,8 +804,11 @@ class EntryLogStorage(StorageEngine):
         if not lg.must_compact:
             # Marks the log for re-compaction at the next open should a crash interrupt us
             # after some index slots already point at the copies.
-            with open(intent, "wb") as f:
-                os.fsync(f.fileno())
+            try:
+                with open(intent, "wb") as f:
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise BookieIOError(f"cannot create compaction intent {intent}: {exc}") from exc
             fsync_dir(intent.parent)
         moved: list[tuple[int, int, int, int]] = []
         scanner = LogScanner(lg.fd, lg.written, lg.path)

@@ -12,7 +12,6 @@ from array import array
 from pathlib import Path
 
 from crc32c import crc32c
-
 from ledgerstore.errors import BookieIOError
 
 __all__ = [
@@ -52,7 +51,7 @@ RECORD_IDS = struct.Struct(">QQ")
 RECORD_LEN_CRC = struct.Struct(">II")
 
 
-def record_crc(ids: bytes, data: bytes | bytearray | memoryview) -> int:
+def record_crc(ids: bytes | memoryview, data: bytes | bytearray | memoryview) -> int:
     """CRC32C over the packed (ledger id, entry id) followed by the entry data."""
     return crc32c(data, crc32c(ids))
 

@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 
 import grpc
 from aetcd import rpc
-
 from ledgerstore.api import (
     NOT_EXISTS,
     EventType,
@@ -56,6 +55,8 @@ T = TypeVar("T")
 
 #: keys per range request when listing children
 _PAGE = 1000
+#: how etcd 3.4 words auth failures that do not come as UNAUTHENTICATED / PERMISSION_DENIED
+_AUTH_MESSAGES = ("user name is empty", "authentication failed", "invalid auth token", "permission denied")
 
 
 def parse_etcd_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
@@ -270,7 +271,9 @@ class EtcdMetadataStore(MetadataStore):
         if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
             self._lease_check.set()
             return SessionExpiredError(f"{where}: the store's lease is gone ({details}); retry once restored")
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or any(
+            m in details for m in _AUTH_MESSAGES
+        ):
             return MetadataError(f"{where}: not authorized ({details}); check the user and password options")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return MetadataError(f"{where}: etcd unreachable or too slow ({code.name}: {details}); outcome unknown")

@@ -9,9 +9,11 @@ Options (the ``[transport]`` table), all paths to PEM files:
   ``client_cert_file`` / ``client_key_file`` (sent when the bookie asks), ``server_hostname``
   (the name checked in the bookie's certificate when it differs from the address' host).
 
-TLS 1.2 is the minimum. Handshakes the bookie refuses (a client that does not trust its
-certificate, a client without an acceptable certificate) are counted as ``refused_handshakes``
-in ``Server.stats()``.
+TLS 1.2 is the minimum. Handshakes the bookie refuses (a client without an acceptable
+certificate, a protocol error, a client that sends an alert because it does not trust the
+bookie's certificate) are counted as ``refused_handshakes`` in ``Server.stats()``. A client that
+hangs up mid-handshake without an alert (asyncio's own client does this when it rejects the
+bookie's certificate) cannot be told apart from a dropped connection and is not counted.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ __all__ = ["TlsTcpTransport"]
 
 
 class _CountingSSLObject(ssl.SSLObject):
-    """Counts failed server-side handshakes into its context's ``counters``."""
+    """Counts handshakes the bookie refuses (no or untrusted client certificate, protocol errors,
+    an alert from the client) into its context's ``counters``. asyncio shows a failed handshake
+    neither to the protocol nor, outside debug mode, to the loop's exception handler."""
 
     def do_handshake(self) -> None:
         try:
             super().do_handshake()
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
             raise
-        except (ssl.SSLError, OSError):
+        except ssl.SSLError:
             ctx = self.context
             if isinstance(ctx, _ServerContext):
                 ctx.counters["refused_handshakes"] = ctx.counters.get("refused_handshakes", 0) + 1

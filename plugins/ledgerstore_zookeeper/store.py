@@ -27,7 +27,6 @@ from kazoo import exceptions as kz
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.security import make_digest_acl
-
 from ledgerstore.api import (
     NOT_EXISTS,
     EventType,
@@ -47,6 +46,7 @@ from ledgerstore.errors import (
     NoSuchKeyError,
     SessionExpiredError,
 )
+
 from ledgerstore_zookeeper.persistent_watch import (
     NODE_CREATED,
     NODE_DATA_CHANGED,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
-
 from ledgerstore.testing import MetadataStoreConformance
-from ledgerstore.testing.servers import EtcdServer
 from ledgerstore_etcd import EtcdMetadataStore
+
+if TYPE_CHECKING:
+    from ledgerstore.testing.servers import EtcdServer
 
 pytest_plugins = ["ledgerstore.testing.servers"]
 

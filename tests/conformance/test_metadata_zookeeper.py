@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
-
 from ledgerstore.testing import MetadataStoreConformance
-from ledgerstore.testing.servers import ZooKeeperServer
 from ledgerstore_zookeeper import ZooKeeperMetadataStore
+
+if TYPE_CHECKING:
+    from ledgerstore.testing.servers import ZooKeeperServer
 
 pytest_plugins = ["ledgerstore.testing.servers"]
 

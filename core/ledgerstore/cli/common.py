@@ -18,7 +18,7 @@ from ledgerstore.errors import ConfigError, LedgerStoreError, NoSuchEntryError, 
 
 T = TypeVar("T")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 #: exit codes: 0 success, 1 operation failed, 2 usage/configuration error, 3 not found
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3

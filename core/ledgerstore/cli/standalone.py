@@ -4,103 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import click
 
 from ledgerstore.cli.common import console, handle_errors
-
-
-class StandaloneCluster:
-    """Start, watch and stop a local cluster; usable from tests and scripts too."""
-
-    def __init__(self, data_dir: Path, bookies: int = 3, port_base: int = 3181, storage: str = "entrylog",
-                 transport: str = "tcp", extra_bookie_config: str = "") -> None:
-        self.data_dir = Path(data_dir).resolve()
-        self.n = bookies
-        self.port_base = port_base
-        self.storage = storage
-        self.transport = transport
-        self.extra = extra_bookie_config
-        self.metadata = f"sqlite://{self.data_dir / 'metadata.db'}"
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-
-    def config_path(self, i: int) -> Path:
-        return self.data_dir / f"bookie-{i}" / "bookie.toml"
-
-    def write_configs(self) -> None:
-        for i in range(self.n):
-            p = self.config_path(i)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            if p.exists():
-                continue  # keep an existing cluster's configuration (and so its bookie ids)
-            p.write_text(
-                "[bookie]\n"
-                f'metadata = "{self.metadata}"\n'
-                f'listen = "{self.transport}://127.0.0.1:{self.port_base + i}"\n'
-                'journal_dir = "journal"\n'
-                'ledger_dirs = ["ledgers"]\n'
-                f'storage = "{self.storage}"\n'
-                "flush_interval_ms = 10000\n" + self.extra
-            )
-
-    def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
-        log = open(self.config_path(i).parent / "bookie.log", "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ledgerstore", "bookie", "--config", str(self.config_path(i))],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        self.procs[i] = proc
-        return proc
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.write_configs()
-        for i in range(self.n):
-            self.start_bookie(i)
-        self.wait_registered(self.n, timeout)
-
-    def wait_registered(self, count: int, timeout: float = 60.0) -> None:
-        import asyncio
-
-        from ledgerstore.meta.bookies import BookieRegistry
-        from ledgerstore.plugins import create_metadata_store
-
-        async def poll() -> int:
-            store = create_metadata_store(self.metadata)
-            await store.start()
-            try:
-                return len(await BookieRegistry(store).all())
-            finally:
-                await store.close()
-
-        deadline = time.monotonic() + timeout
-        while True:
-            for i, p in self.procs.items():
-                if p.poll() is not None:
-                    tail = (self.config_path(i).parent / "bookie.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"bookie {i} exited with code {p.returncode}:\n{tail}")
-            if asyncio.run(poll()) >= count:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only some of {count} bookies registered within {timeout}s")
-            time.sleep(0.2)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
+from ledgerstore.cluster import LocalCluster
 
 
 def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str, float]:
@@ -142,7 +52,7 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                demo_entries: int) -> None:
     """Run sqlite metadata and N bookies on this machine. Ctrl-C stops it; a restart on the same
     --data-dir keeps every ledger."""
-    cluster = StandaloneCluster(Path(data_dir), bookies, port_base, storage, transport)
+    cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport)
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
     stop = {"now": False}
 

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -45,6 +46,7 @@ __all__ = [
     "ZooKeeperServer",
     "etcd_server",
     "free_port",
+    "make_pki",
     "zookeeper_server",
 ]
 
@@ -291,11 +293,30 @@ class EtcdServer(_ServerProcess):
 
     name = "etcd"
 
-    def __init__(self, binary: str | None = None, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        binary: str | None = None,
+        extra_args: list[str] | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        client_ca_file: str | None = None,
+    ) -> None:
+        """``cert_file``/``key_file`` serve clients over TLS; ``client_ca_file`` also requires
+        clients to present a certificate signed by that CA (see :func:`make_pki`)."""
         super().__init__()
         self.binary = binary or os.environ.get("LEDGERSTORE_TEST_ETCD", ETCD_BINARY)
         self.extra_args = list(extra_args or [])
         self.peer_port = 0
+        if (cert_file is None) != (key_file is None):
+            raise ServerHarnessError("EtcdServer: cert_file and key_file go together")
+        if client_ca_file is not None and cert_file is None:
+            raise ServerHarnessError("EtcdServer: client_ca_file needs cert_file and key_file")
+        self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
+
+    @property
+    def tls(self) -> bool:
+        """True when clients must speak TLS."""
+        return self.cert_file is not None
 
     def __enter__(self) -> EtcdServer:
         self.start()
@@ -314,8 +335,13 @@ class EtcdServer(_ServerProcess):
         self.peer_port = free_port()
         while self.peer_port == self.port:
             self.peer_port = free_port()
-        client = f"http://127.0.0.1:{self.port}"
+        client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls_args: list[str] = []
+        if self.tls:
+            tls_args = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+            if self.client_ca_file is not None:
+                tls_args += ["--client-cert-auth", "--trusted-ca-file", self.client_ca_file]
         argv = [
             shutil.which(self.binary) or self.binary,
             "--name", "default",
@@ -325,16 +351,53 @@ class EtcdServer(_ServerProcess):
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"default={peer}",
+            *tls_args,
             *self.extra_args,
         ]
         return argv, dict(os.environ)
 
     def _is_ready(self) -> bool:
+        context = None
+        if self.tls:
+            # Readiness only: whether the server answers, not whom it proves to be.
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            if self.client_ca_file is not None:
+                context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        scheme = "https" if self.tls else "http"
         try:
-            with urllib.request.urlopen(f"http://{self.address}/health", timeout=1.0) as resp:
+            with urllib.request.urlopen(f"{scheme}://{self.address}/health", timeout=1.0, context=context) as resp:
                 return b'"health":"true"' in resp.read()
         except (OSError, urllib.error.URLError):
             return False
+
+
+def make_pki(directory: str | Path) -> dict[str, str]:
+    """Make a throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate
+    with the openssl command. Returns paths keyed ``ca.pem``, ``server.pem``, ``server.key``,
+    ``client.pem``, ``client.key``."""
+    if shutil.which("openssl") is None:
+        raise ServerNotInstalledError(f"cannot make test certificates: the openssl command is missing; {_SETUP_HINT}")
+    directory = Path(directory)
+
+    def openssl(*args: str) -> None:
+        done = subprocess.run(["openssl", *args], cwd=directory, capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            raise ServerHarnessError(f"openssl {' '.join(args)} failed: {done.stderr.strip()}")
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=ledgerstore test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        (directory / f"{name}.ext").write_text(ext)
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    return {name: str(directory / name) for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
 
 
 # --- pytest fixtures ---------------------------------------------------------------------------

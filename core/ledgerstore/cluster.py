@@ -1,0 +1,183 @@
+"""A cluster of bookie processes on this machine: used by ``ledgerstore standalone``, by the test
+suite and by benchmarks. Each bookie is its own process, started from its own config file and
+stopped by its PID."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ledgerstore.errors import LedgerStoreError
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class LocalCluster:
+    """Start, kill, restart and stop bookie processes sharing one metadata store."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        bookies: int = 3,
+        port_base: int | None = 3181,
+        storage: str = "entrylog",
+        transport: str = "tcp",
+        extra_bookie_config: str = "",
+        metadata: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.n = bookies
+        self.ports = [port_base + i for i in range(bookies)] if port_base else free_ports(bookies)
+        self.storage = storage
+        self.transport = transport
+        self.extra = extra_bookie_config
+        self.metadata = metadata or f"sqlite://{self.data_dir / 'metadata.db'}"
+        self.env = env
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def address(self, i: int) -> str:
+        return f"{self.transport}://127.0.0.1:{self.ports[i]}"
+
+    def bookie_id(self, i: int) -> str:
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def config_path(self, i: int) -> Path:
+        return self.data_dir / f"bookie-{i}" / "bookie.toml"
+
+    def log_path(self, i: int) -> Path:
+        return self.config_path(i).parent / "bookie.log"
+
+    def add_bookie(self) -> int:
+        """Configure one more bookie (not started); returns its index."""
+        self.ports.append(free_ports(1)[0])
+        self.n += 1
+        self.write_configs()
+        return self.n - 1
+
+    def write_configs(self) -> None:
+        for i in range(self.n):
+            p = self.config_path(i)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if p.exists():
+                continue  # keep an existing cluster's configuration (and so its bookie ids)
+            p.write_text(
+                "[bookie]\n"
+                f'metadata = "{self.metadata}"\n'
+                f'listen = "{self.address(i)}"\n'
+                'journal_dir = "journal"\n'
+                'ledger_dirs = ["ledgers"]\n'
+                f'storage = "{self.storage}"\n'
+                "flush_interval_ms = 10000\n" + self.extra
+            )
+
+    def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
+        log = open(self.log_path(i), "ab")
+        env = dict(os.environ, **(self.env or {}))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ledgerstore", "bookie", "--config", str(self.config_path(i))],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )
+        log.close()
+        self.procs[i] = proc
+        return proc
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.write_configs()
+        for i in range(self.n):
+            self.start_bookie(i)
+        self.wait_registered(range(self.n), timeout)
+        return self
+
+    async def _registered(self) -> set[str]:
+        from ledgerstore.meta.bookies import BookieRegistry
+        from ledgerstore.plugins import create_metadata_store
+
+        store = create_metadata_store(self.metadata)
+        await store.start()
+        try:
+            return {b.bookie_id for b in await BookieRegistry(store).all()}
+        finally:
+            await store.close()
+
+    def registered(self) -> set[str]:
+        """Ids of the registered bookies (callable from inside or outside an event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._registered())
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, self._registered()).result()
+
+    def wait_registered(self, which: range | list[int], timeout: float = 60.0) -> None:
+        want = {self.bookie_id(i) for i in which}
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, p in self.procs.items():
+                if p.poll() is not None and i in which:
+                    tail = self.log_path(i).read_text(errors="replace")[-3000:]
+                    raise LedgerStoreError(f"bookie {i} exited with code {p.returncode}:\n{tail}")
+            if all(self._listening(i) for i in which) and want <= self.registered():
+                return
+            if time.monotonic() > deadline:
+                raise LedgerStoreError(f"bookies {sorted(want - self.registered())} did not register within {timeout}s")
+            time.sleep(0.1)
+
+    def _listening(self, i: int) -> bool:
+        # A killed bookie's ephemeral registration outlives it by up to the session timeout, so
+        # "registered" alone does not mean the new process is up: it must accept connections too.
+        try:
+            with socket.create_connection(("127.0.0.1", self.ports[i]), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to bookie ``i`` and reap it."""
+        p = self.procs.pop(i)
+        if p.poll() is None:
+            os.kill(p.pid, sig)
+        p.wait(30)
+
+    def restart(self, i: int, timeout: float = 60.0) -> None:
+        self.start_bookie(i)
+        self.wait_registered([i], timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
