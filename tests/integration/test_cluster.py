@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerFencedError, NoSuchLedgerError, UnauthorizedAccessError

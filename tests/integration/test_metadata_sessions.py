@@ -27,12 +27,11 @@ from kazoo.client import KazooClient
 from ledgerstore.api import NOT_EXISTS, EventType, MetadataStore, Notification
 from ledgerstore.errors import MetadataError
 from ledgerstore.testing.metadata import run, wait_until
-from ledgerstore.testing.servers import EtcdServer, make_pki
 from ledgerstore_etcd import EtcdMetadataStore
 from ledgerstore_zookeeper import ZooKeeperMetadataStore
 
 if TYPE_CHECKING:
-    from ledgerstore.testing.servers import ZooKeeperServer
+    from ledgerstore.testing.servers import EtcdServer, ZooKeeperServer
 
 pytest_plugins = ["ledgerstore.testing.servers"]
 
@@ -46,8 +45,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, sys
     from ledgerstore_zookeeper import ZooKeeperMetadataStore
-    from ledgerstore.testing.servers import EtcdServer, make_pki
-from ledgerstore_etcd import EtcdMetadataStore
+    from ledgerstore_etcd import EtcdMetadataStore
 
     async def main(kind, uri, key, ttl):
         if kind == "zk":
@@ -242,6 +240,7 @@ def test_zookeeper_auth_keeps_out_clients_without_credentials(zookeeper_server: 
 
 def test_etcd_user_and_password_keep_out_clients_without_them() -> None:
     """A dedicated server (auth changes server-wide state) with authentication switched on."""
+    from ledgerstore.testing.servers import EtcdServer
 
     async def enable_auth(address: str) -> None:
         from aetcd import rpc
@@ -284,6 +283,8 @@ def test_etcd_user_and_password_keep_out_clients_without_them() -> None:
 
 def test_etcd_over_mutual_tls(tmp_path: Path) -> None:
     """A dedicated TLS-only server that also demands a client certificate."""
+    from ledgerstore.testing.servers import EtcdServer, make_pki
+
     pki = make_pki(tmp_path)
     with EtcdServer(cert_file=pki["server.pem"], key_file=pki["server.key"], client_ca_file=pki["ca.pem"]) as server:
         uri = server.uri("/tls")

@@ -7,7 +7,6 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from ledgerstore.errors import FrameTooLargeError, ProtocolError
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Op, Status
@@ -26,9 +25,9 @@ requests = st.one_of(
 )
 statuses = st.sampled_from(list(Status))
 responses = st.one_of(
-    st.builds(lambda r, s, l, e: codec.Response(Op.ADD, s, r, l, e), u64, statuses, u64, u64),
-    st.builds(lambda r, s, l, e, b: codec.Response(Op.READ, s, r, l, e, b), u64, statuses, u64, i64, st.binary(max_size=500)),
-    st.builds(lambda r, s, l, a, b, op: codec.Response(op, s, r, l, lac=a, last_entry_id=b), u64, statuses, u64, i64, i64,
+    st.builds(lambda r, s, lid, e: codec.Response(Op.ADD, s, r, lid, e), u64, statuses, u64, u64),
+    st.builds(lambda r, s, lid, e, b: codec.Response(Op.READ, s, r, lid, e, b), u64, statuses, u64, i64, st.binary(max_size=500)),
+    st.builds(lambda r, s, lid, a, b, op: codec.Response(op, s, r, lid, lac=a, last_entry_id=b), u64, statuses, u64, i64, i64,
               st.sampled_from([Op.READ_LAC, Op.LONG_POLL_LAC])),
     st.builds(lambda r, s, f, t, n, ro: codec.Response(Op.BOOKIE_INFO, s, r, free_bytes=f, total_bytes=t, ledgers=n, read_only=ro),
               u64, statuses, u64, u64, u64, st.booleans()),

@@ -7,8 +7,16 @@ import os
 from pathlib import Path
 
 import pytest
-
-from ledgerstore.bookie.journal import ADD, FENCE, Journal, LogMark, Record, encode_record, journal_files, read_mark
+from ledgerstore.bookie.journal import (
+    ADD,
+    FENCE,
+    Journal,
+    LogMark,
+    Record,
+    encode_record,
+    journal_files,
+    read_mark,
+)
 from ledgerstore.errors import BookieIOError
 
 

@@ -478,12 +478,14 @@ class LedgerHandle(ReadHandle):
                     continue
                 if md.state is LedgerState.IN_RECOVERY:
                     self.md = md
-                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client; not closed by this writer")
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is being recovered by another client; not closed by this writer"
+                    ) from None
                 self.md = md
                 if md.last_entry_id != last:
                     raise LedgerFencedError(
                         f"ledger {self.ledger_id} was closed by recovery at entry {md.last_entry_id}, "
-                        f"but this writer had acknowledged up to {last}")
+                        f"but this writer had acknowledged up to {last}") from None
                 return
 
 

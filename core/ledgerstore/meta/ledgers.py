@@ -10,13 +10,19 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from ledgerstore.api import NOT_EXISTS, MetadataStore
-from ledgerstore.errors import BadVersionError, LedgerExistsError, MetadataError, NoSuchKeyError, NoSuchLedgerError
+from ledgerstore.errors import (
+    BadVersionError,
+    LedgerExistsError,
+    MetadataError,
+    NoSuchKeyError,
+    NoSuchLedgerError,
+)
 from ledgerstore.meta import layout
 
 FORMAT_VERSION = 1
 
 
-class LedgerState(str, enum.Enum):
+class LedgerState(enum.StrEnum):
     OPEN = "OPEN"
     IN_RECOVERY = "IN_RECOVERY"
     CLOSED = "CLOSED"

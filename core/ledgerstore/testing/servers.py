@@ -374,8 +374,8 @@ class EtcdServer(_ServerProcess):
 
 
 def make_pki(directory: str | Path) -> dict[str, str]:
-    """Make a throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate
-    with the openssl command. Returns paths keyed ``ca.pem``, ``server.pem``, ``server.key``,
+    """Make a throwaway CA, a server certificate for 127.0.0.1/localhost (usable as a client
+    certificate too, as etcd members' often are) and a client certificate with the openssl command. Returns paths keyed ``ca.pem``, ``server.pem``, ``server.key``,
     ``client.pem``, ``client.key``."""
     if shutil.which("openssl") is None:
         raise ServerNotInstalledError(f"cannot make test certificates: the openssl command is missing; {_SETUP_HINT}")
@@ -391,7 +391,7 @@ def make_pki(directory: str | Path) -> dict[str, str]:
             "-subj", "/CN=ledgerstore test CA",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"),
                       ("client", "extendedKeyUsage=clientAuth\n")):
         (directory / f"{name}.ext").write_text(ext)
         openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")

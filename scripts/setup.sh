@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything ledgerstore's cluster and tests need on a Debian machine:
+# Debian packages (ZooKeeper, etcd, Java, venv), a virtualenv in .venv with every extra,
+# and the contrib plugins. Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.ledgerstore-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib -name pyproject.toml -newer "$stamp" 2>/dev/null)" ]; then
+  echo "setup: installing ledgerstore[all,test] into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[all,test]'
+  for d in contrib/*/; do
+    if [ -f "$d/pyproject.toml" ] && [ "$(basename "$d")" != "plugin-template" ]; then
+      .venv/bin/python -m pip install -q --no-build-isolation -e "$d" 2>/dev/null || .venv/bin/python -m pip install -q -e "$d"
+    fi
+  done
+  touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/ledgerstore)"

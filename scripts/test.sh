@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up, then run the whole test suite (real ZooKeeper, etcd, Spark and bookie processes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export JAVA_HOME="${JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}"
+[ -d "$JAVA_HOME" ] || unset JAVA_HOME
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+.venv/bin/python -m ruff check core plugins tests || { echo "ruff found problems"; exit 1; }
+exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
