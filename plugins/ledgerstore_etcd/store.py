@@ -167,20 +167,33 @@ class EtcdMetadataStore(MetadataStore):
         if len(self.endpoints) == 1:
             host, port = self.endpoints[0]
             return f"{host}:{port}", options
-        # gRPC takes several endpoints only as addresses: resolve names, keep the first for TLS.
-        addrs = []
+        # gRPC takes several endpoints only as addresses of one family: resolve names (IPv4 first),
+        # and keep the first name for TLS hostname checks.
+        addrs: list[tuple[str, int]] = []
         for host, port in self.endpoints:
             try:
                 ipaddress.ip_address(host)
                 addrs.append((host, port))
+                continue
             except ValueError:
-                for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-                    addrs.append((str(info[4][0]), port))
-                if self._tls["ca_file"] is not None:
-                    options.append(("grpc.ssl_target_name_override", self.endpoints[0][0]))
-        v6 = any(":" in h for h, _ in addrs)
-        scheme = "ipv6" if v6 else "ipv4"
-        return scheme + ":" + ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in addrs), options
+                pass
+            if self._tls["ca_file"] is not None and not options:
+                options.append(("grpc.ssl_target_name_override", host))
+            for family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    infos = socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
+                except socket.gaierror:
+                    continue
+                addrs.extend((str(info[4][0]), port) for info in infos)
+                break
+            else:
+                raise ConfigError(f"etcd URI {self.uri!r}: cannot resolve host {host!r}")
+        families = {":" in h for h, _ in addrs}
+        if len(families) > 1:
+            raise ConfigError(f"etcd URI {self.uri!r}: mixes IPv4 and IPv6 endpoints, which gRPC cannot combine")
+        if families == {True}:
+            return "ipv6:" + ",".join(f"[{h}]:{p}" for h, p in addrs), options
+        return "ipv4:" + ",".join(f"{h}:{p}" for h, p in addrs), options
 
     async def start(self) -> None:
         if self._channel is not None:

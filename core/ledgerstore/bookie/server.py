@@ -81,6 +81,7 @@ class Bookie:
         self.instance_id: str | None = None
         self.started_at = 0.0
         self._registered_event = asyncio.Event()
+        self._last_minor = self._last_major = time.monotonic()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -129,7 +130,14 @@ class Bookie:
         self.store.add_session_listener(self._on_session_event)
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
         self._tasks.append(asyncio.create_task(self._disk_check_loop(), name="disk-check"))
+        if cfg.gc_wait_time_ms > 0:
+            self._tasks.append(asyncio.create_task(self._gc_loop(), name="gc"))
         self.started_at = time.time()
+        self.http = None
+        if cfg.http_port:
+            from ledgerstore.bookie.http import start_admin_http
+
+            self.http = await start_admin_http(self, cfg.http_address, cfg.http_port)
         log.info("bookie %s serving on %s (storage %s, journal %s)", self.bookie_id, self.server.address, cfg.storage, self.journal_dir)
         notify("ledgerstore_bookie_started", bookie=self)
 
@@ -148,6 +156,8 @@ class Bookie:
                 pass
         if self.server is not None:
             await self.server.close()
+        if getattr(self, "http", None) is not None:
+            await self.http.close()
         if self.journal is not None:
             await asyncio.to_thread(self.journal.close)
         if self.engine is not None and self.journal is not None and self.journal.failed is None:
@@ -292,6 +302,63 @@ class Bookie:
                 await asyncio.to_thread(self.checkpoint)
             except Exception:
                 log.exception("checkpoint failed; will retry")
+
+    # --- garbage collection ----------------------------------------------------------------------
+
+    async def gc(self, *, minor: bool = False, major: bool = False) -> dict[str, Any]:
+        """Forget ledgers whose metadata is gone, let the engine reclaim their space, and run
+        minor/major compaction when asked (or when their interval has passed)."""
+        assert self.engine is not None and self.store is not None
+        from ledgerstore.meta.ledgers import LedgerManager
+
+        mgr = LedgerManager(self.store)
+        t0 = time.monotonic()
+        before = await asyncio.to_thread(self.engine.stats)
+        local = await asyncio.to_thread(lambda: list(self.engine.list_ledgers()))  # type: ignore[union-attr]
+        deleted = []
+        for lid in local:
+            try:
+                await mgr.read(lid)
+            except NoSuchLedgerError:
+                await asyncio.to_thread(self.engine.delete_ledger, lid)
+                self._master_keys.pop(lid, None)
+                self._fenced.discard(lid)
+                self._lac.pop(lid, None)
+                deleted.append(lid)
+        after = await asyncio.to_thread(self.engine.gc)
+        now = time.monotonic()
+        compacted = None
+        compact = getattr(self.engine, "compact", None)
+        cfg = self.config
+        if compact is not None:
+            if major or (cfg.major_compaction_threshold > 0 and cfg.major_compaction_interval_s > 0
+                         and now - self._last_major >= cfg.major_compaction_interval_s):
+                compacted = ("major", await asyncio.to_thread(compact, cfg.major_compaction_threshold if cfg.major_compaction_threshold > 0 else 0.8))
+                self._last_major = self._last_minor = now
+            elif minor or (cfg.minor_compaction_threshold > 0 and cfg.minor_compaction_interval_s > 0
+                           and now - self._last_minor >= cfg.minor_compaction_interval_s):
+                compacted = ("minor", await asyncio.to_thread(compact, cfg.minor_compaction_threshold if cfg.minor_compaction_threshold > 0 else 0.2))
+                self._last_minor = now
+        if compacted is not None:
+            after = compacted[1]
+        return {
+            "deleted_ledgers": deleted,
+            "bytes_on_disk_before": before.bytes_on_disk,
+            "bytes_on_disk_after": after.bytes_on_disk,
+            "reclaimed_bytes": max(0, before.bytes_on_disk - after.bytes_on_disk),
+            "compaction": compacted[0] if compacted else None,
+            "seconds": round(time.monotonic() - t0, 3),
+        }
+
+    async def _gc_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.gc_wait_time_ms / 1000.0)
+            try:
+                result = await self.gc()
+                if result["deleted_ledgers"] or result["compaction"]:
+                    log.info("gc: %s", result)
+            except Exception:
+                log.exception("garbage collection failed; will retry")
 
     # --- disks ---------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from rich.table import Table
 from ledgerstore.errors import ConfigError, LedgerStoreError, NoSuchEntryError, NoSuchLedgerError
 
 T = TypeVar("T")
-console = Console()
+# Piped output is not cut at 80 columns: tables stay whole for grep and for people alike.
+console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 #: exit codes: 0 success, 1 operation failed, 2 usage/configuration error, 3 not found
@@ -65,7 +66,7 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
     cols = list(columns or (rows[0].keys() if rows else []))
     table = Table(title=title)
     for c in cols:
-        table.add_column(c)
+        table.add_column(c, overflow="fold")
     for r in rows:
         table.add_row(*(str(r.get(c, "")) for c in cols))
     console.print(table)

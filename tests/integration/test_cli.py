@@ -1,0 +1,103 @@
+"""Every shell command against a real cluster, in table and JSON form, with meaningful exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledgerstore.cluster import LocalCluster
+
+
+def ls(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([sys.executable, "-m", "ledgerstore", *args], capture_output=True, text=True, timeout=120,
+                         input=input)
+    if check and out.returncode != 0:
+        raise AssertionError(f"ledgerstore {' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def shell(cluster: LocalCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return ls("shell", "--metadata", cluster.metadata, *args, check=check)
+
+
+def test_simpletest(shared_cluster: LocalCluster) -> None:
+    out = shell(shared_cluster, "simpletest", "--entries", "200")
+    assert "simpletest ok" in out.stdout
+    data = json.loads(shell(shared_cluster, "simpletest", "-e", "3", "-w", "3", "-a", "2", "--json").stdout)
+    assert data["result"] == "ok" and len(data["ensemble"]) == 3
+
+
+def test_listbookies(shared_cluster: LocalCluster) -> None:
+    rows = json.loads(shell(shared_cluster, "listbookies", "--json").stdout)
+    assert {r["bookie_id"] for r in rows} == {shared_cluster.bookie_id(i) for i in range(3)}
+    assert all(r["state"] == "writable" for r in rows)
+    assert json.loads(shell(shared_cluster, "listbookies", "-ro", "--json").stdout) == []
+    assert shared_cluster.bookie_id(0) in shell(shared_cluster, "listbookies").stdout
+
+
+def test_ledger_commands(shared_cluster: LocalCluster) -> None:
+    import ledgerstore
+
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        lh = client.create_ledger(3, 2, 2, password=b"secret")
+        for i in range(5):
+            lh.append(b"hello %d" % i)
+        lh.close()
+    lid = lh.ledger_id
+    rows = json.loads(shell(shared_cluster, "listledgers", "-m", "--json").stdout)
+    assert any(r["ledger_id"] == lid and r["state"] == "CLOSED" and r["last_entry_id"] == 4 for r in rows)
+    md = json.loads(shell(shared_cluster, "ledgermetadata", "-l", str(lid), "--json").stdout)
+    assert md["state"] == "CLOSED" and md["ensemble_size"] == 3 and md["last_entry_id"] == 4
+    assert "CLOSED" in shell(shared_cluster, "ledgermetadata", "-l", str(lid)).stdout
+    entries = json.loads(shell(shared_cluster, "readledger", "-l", str(lid), "-p", "secret", "--json").stdout)
+    assert [e["payload"] for e in entries] == [f"hello {i}" for i in range(5)]
+    hexed = json.loads(shell(shared_cluster, "readledger", "-l", str(lid), "-p", "secret", "-fe", "1", "-le", "1",
+                             "--format", "hex", "--json").stdout)
+    assert hexed == [{"entry_id": 1, "lac": hexed[0]["lac"], "size": 7, "payload": b"hello 1".hex()}]
+    wrong = shell(shared_cluster, "readledger", "-l", str(lid), "-p", "nope", check=False)
+    assert wrong.returncode == 1 and "UnauthorizedAccessError" in wrong.stderr
+    assert json.loads(shell(shared_cluster, "deleteledger", "-l", str(lid), "-f", "--json").stdout)["deleted"]
+    missing = shell(shared_cluster, "ledgermetadata", "-l", str(lid), check=False)
+    assert missing.returncode == 3 and "does not exist" in missing.stderr
+
+
+def test_deleteledger_asks_unless_forced(shared_cluster: LocalCluster) -> None:
+    import ledgerstore
+
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        lid = client.create_ledger(3, 2, 2).ledger_id
+    out = ls("shell", "--metadata", shared_cluster.metadata, "deleteledger", "-l", str(lid), check=False, input="n\n")
+    assert out.returncode != 0
+    assert any(r["ledger_id"] == lid for r in json.loads(shell(shared_cluster, "listledgers", "--json").stdout))
+
+
+def test_whatisinstanceid(shared_cluster: LocalCluster) -> None:
+    iid = json.loads(shell(shared_cluster, "whatisinstanceid", "--json").stdout)["instance_id"]
+    assert len(iid) == 36
+
+
+def test_missing_metadata_is_a_usage_error() -> None:
+    out = ls("shell", "listbookies", check=False)
+    assert out.returncode == 2 and "--metadata" in out.stderr
+
+
+def test_config_check(tmp_path: Path) -> None:
+    good = tmp_path / "bookie.toml"
+    good.write_text('[bookie]\nmetadata = "sqlite:///x.db"\nstorage = "rocksdb"\n')
+    out = ls("config", "check", str(good))
+    assert 'storage = "rocksdb"' in out.stdout and "journal_dir" in out.stdout
+    assert json.loads(ls("config", "check", str(good), "--json").stdout)["storage"] == "rocksdb"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[bookie]\nmetadata = "sqlite:///x.db"\nflush_interval_ms = "soon"\n')
+    out = ls("config", "check", str(bad), check=False)
+    assert out.returncode == 2 and "flush_interval_ms" in out.stderr and str(bad) in out.stderr
+
+
+@pytest.mark.parametrize("cmd", [[], ["shell"], ["standalone"], ["bookie"], ["plugins"], ["config", "check"],
+                                 ["shell", "simpletest"], ["shell", "readledger"]])
+def test_help_everywhere(cmd: list[str]) -> None:
+    assert "Usage:" in ls(*cmd, "--help").stdout
