@@ -1,25 +1,63 @@
-"""Shared fixtures: real bookie processes on free 127.0.0.1 ports, stopped by PID."""
+"""Shared fixtures: real bookie processes on free 127.0.0.1 ports, stopped by PID; real ZooKeeper
+and etcd servers (session-scoped, started only when a test needs them)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+
 from ledgerstore.cluster import LocalCluster
 
 os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
 
+pytest_plugins = ["ledgerstore.testing.servers"]
 
-def make_cluster(tmp: Path, bookies: int = 3, **kw: object) -> LocalCluster:
-    return LocalCluster(tmp, bookies=bookies, port_base=None, **kw)  # type: ignore[arg-type]
+
+class ClusterConfig(NamedTuple):
+    metadata: str  # sqlite | zk | etcd
+    storage: str  # entrylog | rocksdb
+    transport: str  # tcp | zmq
+
+    @property
+    def id(self) -> str:
+        return f"{self.metadata}-{self.storage}-{self.transport}"
+
+
+DEFAULT = ClusterConfig("sqlite", "entrylog", "tcp")
+#: The whole-cluster suite runs on the defaults and then varies one backend at a time.
+MATRIX = [
+    DEFAULT,
+    ClusterConfig("zk", "entrylog", "tcp"),
+    ClusterConfig("etcd", "entrylog", "tcp"),
+    ClusterConfig("sqlite", "rocksdb", "tcp"),
+    ClusterConfig("sqlite", "entrylog", "zmq"),
+]
+
+
+def _metadata_uri(request: pytest.FixtureRequest, backend: str) -> str | None:
+    root = f"/c-{uuid.uuid4().hex[:12]}"
+    if backend == "zk":
+        return str(request.getfixturevalue("zookeeper_server").uri(root))
+    if backend == "etcd":
+        return str(request.getfixturevalue("etcd_server").uri(root))
+    return None  # sqlite: a file in the cluster's directory
+
+
+def make_cluster(request: pytest.FixtureRequest, tmp: Path, bookies: int, config: ClusterConfig = DEFAULT,
+                 **kw: object) -> LocalCluster:
+    return LocalCluster(tmp, bookies=bookies, port_base=None, storage=config.storage, transport=config.transport,
+                        metadata=_metadata_uri(request, config.metadata), **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Three bookies shared by the tests of a module that do not kill anything."""
-    cluster = make_cluster(tmp_path_factory.mktemp("cluster"), 3)
+def shared_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three bookies (default backends) shared by the tests of a module that do not kill anything."""
+    cluster = make_cluster(request, tmp_path_factory.mktemp("cluster"), 3)
     cluster.start()
     try:
         yield cluster
@@ -28,12 +66,45 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
 
 
 @pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[object]:
-    """Build private clusters for tests that kill or restart bookies; all stopped at the end."""
+def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Build private clusters (default backends) for tests that kill or restart bookies."""
     made: list[LocalCluster] = []
 
     def factory(bookies: int = 3, **kw: object) -> LocalCluster:
-        c = make_cluster(tmp_path / f"c{len(made)}", bookies, **kw)
+        c = make_cluster(request, tmp_path / f"c{len(made)}", bookies, **kw)  # type: ignore[arg-type]
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture(scope="module", params=MATRIX, ids=[c.id for c in MATRIX])
+def cluster_config(request: pytest.FixtureRequest) -> ClusterConfig:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def matrix_cluster(request: pytest.FixtureRequest, cluster_config: ClusterConfig,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three bookies, once per backend combination of MATRIX."""
+    cluster = make_cluster(request, tmp_path_factory.mktemp(cluster_config.id), 3, cluster_config)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def matrix_cluster_factory(request: pytest.FixtureRequest, cluster_config: ClusterConfig,
+                           tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Private clusters, once per backend combination of MATRIX."""
+    made: list[LocalCluster] = []
+
+    def factory(bookies: int = 3, **kw: object) -> LocalCluster:
+        c = make_cluster(request, tmp_path / f"c{len(made)}", bookies, cluster_config, **kw)
         made.append(c)
         return c
 

@@ -1,4 +1,6 @@
-"""Whole-cluster tests: bookies are real processes; writers are killed with SIGKILL."""
+"""Whole-cluster tests: bookies are real processes; writers are killed with SIGKILL.
+
+Every test runs once per backend combination (metadata x storage x transport, see conftest.MATRIX)."""
 
 from __future__ import annotations
 
@@ -33,9 +35,9 @@ async def read_from_bookie(client: Client, bookie_id: str, ledger_id: int, entry
 
 
 @pytest.mark.parametrize("digest", DIGEST_TYPES)
-def test_write_10000_entries_and_read_back_byte_equal(shared_cluster: LocalCluster, digest: str) -> None:
+def test_write_10000_entries_and_read_back_byte_equal(matrix_cluster: LocalCluster, digest: str) -> None:
     async def main() -> None:
-        async with Client(metadata=shared_cluster.metadata) as client:
+        async with Client(metadata=matrix_cluster.metadata) as client:
             lh = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, digest=digest, password=b"pw")
             payloads = [os.urandom(1 + i % 300) for i in range(10_000)]
             ids = await asyncio.gather(*(lh.append_async(p) for p in payloads))
@@ -62,10 +64,10 @@ def test_write_10000_entries_and_read_back_byte_equal(shared_cluster: LocalClust
     run(main())
 
 
-def test_sync_api(shared_cluster: LocalCluster) -> None:
+def test_sync_api(matrix_cluster: LocalCluster) -> None:
     import ledgerstore
 
-    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+    with ledgerstore.Client(metadata=matrix_cluster.metadata) as client:
         lh = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, digest="crc32c", password=b"pw")
         assert lh.append(b"first") == 0
         futs = [lh.append_async(b"e%d" % i) for i in range(1, 100)]
@@ -82,9 +84,9 @@ def test_sync_api(shared_cluster: LocalCluster) -> None:
             client.open_ledger(lh.ledger_id, password=b"pw")
 
 
-def test_wrong_password_is_refused_and_the_ledger_untouched(shared_cluster: LocalCluster) -> None:
+def test_wrong_password_is_refused_and_the_ledger_untouched(matrix_cluster: LocalCluster) -> None:
     async def main() -> None:
-        async with Client(metadata=shared_cluster.metadata) as client:
+        async with Client(metadata=matrix_cluster.metadata) as client:
             lh = await client.create_ledger(3, 2, 2, password=b"right")
             for i in range(10):
                 await lh.append(b"x%d" % i)
@@ -111,9 +113,9 @@ def test_wrong_password_is_refused_and_the_ledger_untouched(shared_cluster: Loca
     run(main())
 
 
-def test_old_writer_gets_fenced_after_recovery(shared_cluster: LocalCluster) -> None:
+def test_old_writer_gets_fenced_after_recovery(matrix_cluster: LocalCluster) -> None:
     async def main() -> None:
-        async with Client(metadata=shared_cluster.metadata) as writer, Client(metadata=shared_cluster.metadata) as reader:
+        async with Client(metadata=matrix_cluster.metadata) as writer, Client(metadata=matrix_cluster.metadata) as reader:
             lh = await writer.create_ledger(3, 2, 2, password=b"pw")
             for i in range(20):
                 await lh.append(b"e%d" % i)
@@ -130,9 +132,9 @@ def test_old_writer_gets_fenced_after_recovery(shared_cluster: LocalCluster) -> 
     run(main())
 
 
-def test_non_recovery_reader_tails_with_long_poll(shared_cluster: LocalCluster) -> None:
+def test_non_recovery_reader_tails_with_long_poll(matrix_cluster: LocalCluster) -> None:
     async def main() -> None:
-        async with Client(metadata=shared_cluster.metadata) as writer, Client(metadata=shared_cluster.metadata) as reader:
+        async with Client(metadata=matrix_cluster.metadata) as writer, Client(metadata=matrix_cluster.metadata) as reader:
             lh = await writer.create_ledger(3, 3, 2, password=b"pw")
             for i in range(5):
                 await lh.append(b"e%d" % i)
@@ -155,8 +157,8 @@ def test_non_recovery_reader_tails_with_long_poll(shared_cluster: LocalCluster) 
     run(main())
 
 
-def test_recovery_of_a_killed_writer_process(shared_cluster: LocalCluster) -> None:
-    proc = subprocess.Popen([sys.executable, WRITER, shared_cluster.metadata, "3", "2", "2", "pw"],
+def test_recovery_of_a_killed_writer_process(matrix_cluster: LocalCluster) -> None:
+    proc = subprocess.Popen([sys.executable, WRITER, matrix_cluster.metadata, "3", "2", "2", "pw"],
                             stdout=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()  # type: ignore[union-attr]
@@ -175,7 +177,7 @@ def test_recovery_of_a_killed_writer_process(shared_cluster: LocalCluster) -> No
             last_ack = max(last_ack, int(line.split()[1]))
 
     async def main() -> None:
-        async with Client(metadata=shared_cluster.metadata) as client:
+        async with Client(metadata=matrix_cluster.metadata) as client:
             rh = await client.open_ledger(ledger_id, password=b"pw", recovery=True)
             md = await client.ledger_metadata(ledger_id)
             assert md.state is LedgerState.CLOSED
@@ -189,8 +191,8 @@ def test_recovery_of_a_killed_writer_process(shared_cluster: LocalCluster) -> No
     run(main())
 
 
-def test_acknowledged_entries_survive_kill_9_of_a_bookie(cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    cluster: LocalCluster = cluster_factory(3)
+def test_acknowledged_entries_survive_kill_9_of_a_bookie(matrix_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster: LocalCluster = matrix_cluster_factory(3)
     cluster.start()
 
     async def main() -> None:
@@ -227,8 +229,8 @@ def test_acknowledged_entries_survive_kill_9_of_a_bookie(cluster_factory) -> Non
     run(main())
 
 
-def test_restart_after_kill_9_of_every_bookie_keeps_every_ledger(cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    cluster: LocalCluster = cluster_factory(3)
+def test_restart_after_kill_9_of_every_bookie_keeps_every_ledger(matrix_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster: LocalCluster = matrix_cluster_factory(3)
     cluster.start()
 
     async def write() -> tuple[int, int]:
@@ -256,8 +258,8 @@ def test_restart_after_kill_9_of_every_bookie_keeps_every_ledger(cluster_factory
     run(check())
 
 
-def test_bookie_refuses_to_start_on_cookie_mismatch(cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: LocalCluster = cluster_factory(1)
+def test_bookie_refuses_to_start_on_cookie_mismatch(matrix_cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: LocalCluster = matrix_cluster_factory(1)
     cluster.start()
     cluster.stop()
     cfg = cluster.config_path(0)

@@ -82,6 +82,9 @@ class Bookie:
         self.started_at = 0.0
         self._registered_event = asyncio.Event()
         self._last_minor = self._last_major = time.monotonic()
+        #: called on the event loop once per durable journal group with its record count (metrics);
+        #: per group, never per entry, so the write path stays flat
+        self.group_observer: Any = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -512,6 +515,8 @@ class Bookie:
 
     def _on_durable(self, tokens: list[Any]) -> None:
         """A journal group is on disk: answer every request waiting for it (on the loop)."""
+        if self.group_observer is not None:
+            self.group_observer(len(tokens))
         for token in tokens:
             if token is None:
                 continue
