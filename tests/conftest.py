@@ -50,8 +50,10 @@ def _metadata_uri(request: pytest.FixtureRequest, backend: str) -> str | None:
 
 def make_cluster(request: pytest.FixtureRequest, tmp: Path, bookies: int, config: ClusterConfig = DEFAULT,
                  **kw: object) -> LocalCluster:
-    return LocalCluster(tmp, bookies=bookies, port_base=None, storage=config.storage, transport=config.transport,
-                        metadata=_metadata_uri(request, config.metadata), **kw)  # type: ignore[arg-type]
+    opts: dict[str, object] = {"storage": config.storage, "transport": config.transport,
+                               "metadata": _metadata_uri(request, config.metadata)}
+    opts.update(kw)  # a test may pin one backend, e.g. transport="zmq"
+    return LocalCluster(tmp, bookies=bookies, port_base=None, **opts)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

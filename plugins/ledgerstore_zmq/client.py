@@ -25,6 +25,8 @@ import zmq.asyncio
 from ledgerstore.api import Connection
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 
+from .pump import EventPump
+
 __all__ = ["ZmqConnection", "CONTROL_CLOSE", "CONTROL_BYE", "CONTROL_PING", "RECV_BATCH"]
 
 #: Control messages are two-part ``[b"", kind]``; data messages are always a single part.
@@ -81,7 +83,7 @@ class ZmqConnection(Connection):
     ) -> None:
         self.address = address
         self._sock = sock
-        self._sync = zmq.Socket.shadow(sock.underlying)
+        self._sync: zmq.Socket[bytes] = zmq.Socket.shadow(sock.underlying)
         self._monitor = monitor
         self._max_frame_size = max_frame_size
         self._high_water = high_water
@@ -92,14 +94,13 @@ class ZmqConnection(Connection):
         self._queue: deque[bytes] = deque()
         self._queued_bytes = 0
         self._flush_scheduled = False
-        self._writer_task: asyncio.Task[None] | None = None
+        self._pump: EventPump | None = None
         self._below_high_water = asyncio.Event()
         self._below_high_water.set()
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._closed = False
         self._announce_close = False  # on_close is owed only once connect() has returned
         self._done: asyncio.Future[None] | None = None
-        self._reader_task: asyncio.Task[None] | None = None
         self._monitor_task = asyncio.ensure_future(self._watch())
 
     async def wait_ready(self, timeout: float) -> None:
@@ -117,7 +118,7 @@ class ZmqConnection(Connection):
             await self._shutdown(None)
             raise
         self._announce_close = True
-        self._reader_task = asyncio.ensure_future(self._read())
+        self._pump = EventPump(self._sync, self._read, self._flush)
 
     # --- sending -------------------------------------------------------------------------------
 
@@ -132,35 +133,29 @@ class ZmqConnection(Connection):
         self._queued_bytes += len(frame)
         if self._queued_bytes > self._high_water:
             self._below_high_water.clear()
-        if not self._flush_scheduled and self._writer_task is None:
+        if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._closed:
+        pump = self._pump
+        if self._closed or pump is None:
             return
         queue, send = self._queue, self._sync.send
+        pump.want_write = False
         try:
             while queue:
                 send(queue[0], zmq.NOBLOCK)
                 self._queued_bytes -= len(queue.popleft())
         except zmq.Again:
-            if self._writer_task is None:
-                self._writer_task = asyncio.ensure_future(self._write_when_ready())
+            pump.want_write = True  # the rest goes when libzmq's pipe has room again
         except zmq.ZMQError as exc:
             self._loop.create_task(self._shutdown(BookieUnavailableError(f"send to {self.address} failed: {exc}")))
             return
+        pump.schedule()  # sending may have consumed the socket's wake-up edge
         if self._queued_bytes <= self._high_water // 2:
             self._below_high_water.set()
-
-    async def _write_when_ready(self) -> None:
-        try:
-            while self._queue and not self._closed:
-                await self._sock.poll(None, zmq.POLLOUT)
-                self._flush()
-        finally:
-            self._writer_task = None
 
     async def drain(self) -> None:
         if self._queued_bytes > self._high_water and not self._closed:
@@ -168,32 +163,31 @@ class ZmqConnection(Connection):
 
     # --- receiving -----------------------------------------------------------------------------
 
-    async def _read(self) -> None:
-        recv, poll = self._sync.recv_multipart, self._sock.poll
-        while not self._closed:
-            await poll(None, zmq.POLLIN)
-            frames: list[bytes] = []
-            close_asked = False
-            try:
-                for _ in range(RECV_BATCH):
-                    parts = recv(zmq.NOBLOCK)
-                    if len(parts) == 1:
-                        frames.append(parts[0])
-                    elif parts[-1] == CONTROL_CLOSE:
-                        close_asked = True
-                        break
-            except zmq.Again:
-                pass
-            if frames:
-                self._on_frames(frames)
-            if close_asked:
-                await self._shutdown(BookieUnavailableError(f"{self.address} closed this connection"))
-                return
+    def _read(self) -> None:
+        recv = self._sync.recv_multipart
+        frames: list[bytes] = []
+        close_asked = False
+        try:
+            for _ in range(RECV_BATCH):
+                parts = recv(zmq.NOBLOCK)
+                if len(parts) == 1:
+                    frames.append(parts[0])
+                elif parts[-1] == CONTROL_CLOSE:
+                    close_asked = True
+                    break
+        except zmq.Again:
+            pass
+        if frames:
+            self._on_frames(frames)
+        if close_asked:
+            self._loop.create_task(
+                self._shutdown(BookieUnavailableError(f"{self.address} closed this connection"))
+            )
 
     async def _watch(self) -> None:
         recv = zmq.Socket.shadow(self._monitor.underlying).recv_multipart
         while not self._closed:
-            await self._monitor.poll(None, zmq.POLLIN)
+            await self._monitor.poll(None, zmq.POLLIN)  # type: ignore[call-arg]
             try:
                 while True:
                     event, value = parse_event(recv(zmq.NOBLOCK))
@@ -234,12 +228,12 @@ class ZmqConnection(Connection):
         if not self._ready.done():
             self._ready.set_exception(exc or BookieUnavailableError(f"connection to {self.address} closed"))
             self._ready.exception()  # mark retrieved: nobody else may wait for it
-        current = asyncio.current_task()
-        tasks = [t for t in (self._reader_task, self._writer_task, self._monitor_task)
-                 if t is not None and t is not current and not t.done()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._pump is not None:
+            self._pump.close()
+        monitor_task = self._monitor_task
+        if monitor_task is not asyncio.current_task() and not monitor_task.done():
+            monitor_task.cancel()
+            await asyncio.gather(monitor_task, return_exceptions=True)
         with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
         self._monitor.close(linger=0)

@@ -30,6 +30,7 @@ from ledgerstore.api import FrameHandler, Server
 
 from .client import CONTROL_BYE, CONTROL_CLOSE, CONTROL_PING, RECV_BATCH, parse_event
 from .curve import CurveServerKeys
+from .pump import EventPump
 from .sockopts import apply_socket_options
 
 __all__ = ["ZmqServer", "ZmqPeer"]
@@ -71,6 +72,7 @@ class ZmqPeer:
             return
         with contextlib.suppress(zmq.ZMQError):
             self.server.sync.send_multipart([self.identity, b"", CONTROL_CLOSE], zmq.NOBLOCK)
+        self.server.pump.schedule()
         self.server.forget(self, remember=True)
 
     def __repr__(self) -> str:
@@ -100,13 +102,14 @@ class ZmqServer(Server):
         self._flush_scheduled = False
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
+        self.pump: EventPump  # set by bind()
         self._closed = False
         self._address = ""
         self._peer_check_interval = float(options.get("peer_check_interval", 2.0))
         self.auth: AsyncioAuthenticator | None = None
         try:
             self.sock = self.ctx.socket(zmq.ROUTER)
-            self.sync = zmq.Socket.shadow(self.sock.underlying)
+            self.sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
             apply_socket_options(self.sock, options, max_frame_size)
             self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             if curve is not None:
@@ -134,8 +137,8 @@ class ZmqServer(Server):
         endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         real_port = int(endpoint.rsplit(":", 1)[1])
         self._address = f"{self.scheme}://{bracketed}:{real_port}"
+        self.pump = EventPump(self.sync, self._read)
         self._tasks = [
-            asyncio.ensure_future(self._read()),
             asyncio.ensure_future(self._watch()),
             asyncio.ensure_future(self._check_peers_periodically()),
         ]
@@ -149,33 +152,30 @@ class ZmqServer(Server):
 
     # --- receiving -----------------------------------------------------------------------------
 
-    async def _read(self) -> None:
-        recv, poll = self.sync.recv_multipart, self.sock.poll
-        peers, handler = self.peers, self.handler
-        while not self._closed:
-            await poll(None, zmq.POLLIN)
-            batches: dict[bytes, list[bytes]] = {}
-            try:
-                for _ in range(RECV_BATCH):
-                    parts = recv(zmq.NOBLOCK)
-                    if len(parts) == 2:
-                        batch = batches.get(parts[0])
-                        if batch is None:
-                            batches[parts[0]] = [parts[1]]
-                        else:
-                            batch.append(parts[1])
-                    elif len(parts) == 3 and parts[1] == b"":
-                        if parts[2] == CONTROL_BYE:
-                            self._deliver(batches.pop(parts[0], None), parts[0])
-                            peer = peers.get(parts[0])
-                            if peer is not None:
-                                self.forget(peer, remember=True)
+    def _read(self) -> None:
+        recv, peers = self.sync.recv_multipart, self.peers
+        batches: dict[bytes, list[bytes]] = {}
+        try:
+            for _ in range(RECV_BATCH):
+                parts = recv(zmq.NOBLOCK)
+                if len(parts) == 2:
+                    batch = batches.get(parts[0])
+                    if batch is None:
+                        batches[parts[0]] = [parts[1]]
                     else:
-                        self.counters["malformed_messages"] += 1
-            except zmq.Again:
-                pass
-            for identity, frames in batches.items():
-                self._deliver(frames, identity)
+                        batch.append(parts[1])
+                elif len(parts) == 3 and parts[1] == b"":
+                    if parts[2] == CONTROL_BYE:
+                        self._deliver(batches.pop(parts[0], None), parts[0])
+                        peer = peers.get(parts[0])
+                        if peer is not None:
+                            self.forget(peer, remember=True)
+                else:
+                    self.counters["malformed_messages"] += 1
+        except zmq.Again:
+            pass
+        for identity, frames in batches.items():
+            self._deliver(frames, identity)
 
     def _deliver(self, frames: list[bytes] | None, identity: bytes) -> None:
         if not frames or identity in self._forgotten:
@@ -223,6 +223,7 @@ class ZmqServer(Server):
                     self.forget(peer, remember=False)
                 else:
                     log.warning("reply to %s failed: %s", peer.peer, exc)
+        self.pump.schedule()  # sending may have consumed the socket's wake-up edge
 
     # --- peers ---------------------------------------------------------------------------------
 
@@ -254,6 +255,7 @@ class ZmqServer(Server):
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EHOSTUNREACH:
                     self.forget(peer, remember=False)
+        self.pump.schedule()
 
     def _schedule_probes(self) -> None:
         for delay in _PROBE_DELAYS:
@@ -275,7 +277,7 @@ class ZmqServer(Server):
         recv = zmq.Socket.shadow(self.monitor.underlying).recv_multipart
         counters = self.counters
         while not self._closed:
-            await self.monitor.poll(None, zmq.POLLIN)
+            await self.monitor.poll(None, zmq.POLLIN)  # type: ignore[call-arg]
             try:
                 while True:
                     event, _ = parse_event(recv(zmq.NOBLOCK))
@@ -309,6 +311,9 @@ class ZmqServer(Server):
 
     def _release(self) -> None:
         self._closed = True
+        pump = getattr(self, "pump", None)
+        if pump is not None:
+            pump.close()
         with contextlib.suppress(zmq.ZMQError):
             self.sock.disable_monitor()
         mon = getattr(self, "monitor", None)
