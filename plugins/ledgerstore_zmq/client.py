@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 
 import zmq
 import zmq.asyncio
-
 from ledgerstore.api import Connection
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 
@@ -107,7 +106,7 @@ class ZmqConnection(Connection):
         """Wait for the handshake; on failure release everything and raise BookieUnavailableError."""
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
-        except (asyncio.TimeoutError, BookieUnavailableError) as exc:
+        except (TimeoutError, BookieUnavailableError) as exc:
             await self._shutdown(None)
             if isinstance(exc, BookieUnavailableError):
                 raise

@@ -24,9 +24,8 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
-from zmq.auth.asyncio import AsyncioAuthenticator
-
 from ledgerstore.api import FrameHandler, Server
+from zmq.auth.asyncio import AsyncioAuthenticator
 
 from .client import CONTROL_BYE, CONTROL_CLOSE, CONTROL_PING, RECV_BATCH, parse_event
 from .curve import CurveServerKeys

@@ -12,7 +12,6 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
-
 from ledgerstore.errors import BookieUnavailableError, ConfigError
 from ledgerstore.testing.metadata import run, wait_until
 from ledgerstore.testing.transport import Client, EchoHandler

@@ -250,10 +250,7 @@ class AdminHttpServer:
                 except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
                     return
                 response = await self._dispatch(method, target, headers, body)
-                if method == "HEAD":
-                    response = Response(response.status, response.content_type, b"")
-                await self._send(writer, response, keep_alive, head_only=method == "HEAD",
-                                 length=len(response.body))
+                await self._send(writer, response, keep_alive, head_only=method == "HEAD")
         except asyncio.CancelledError:
             pass
         except Exception:  # the last line of defence: a connection must never take the server down
@@ -280,16 +277,15 @@ class AdminHttpServer:
         return await asyncio.wait_for(reader.readexactly(length), IDLE_TIMEOUT_S)
 
     async def _send(self, writer: asyncio.StreamWriter, response: Response, keep_alive: bool,
-                    head_only: bool = False, length: int | None = None) -> None:
+                    head_only: bool = False) -> None:
         try:
             reason = HTTPStatus(response.status).phrase
         except ValueError:
             reason = "Unknown"
-        n = len(response.body) if length is None else length
         head = (
             f"HTTP/1.1 {response.status} {reason}\r\n"
             f"Content-Type: {response.content_type}\r\n"
-            f"Content-Length: {n}\r\n"
+            f"Content-Length: {len(response.body)}\r\n"
             f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n"
             "Server: ledgerstore-bookie\r\n\r\n"
         ).encode("latin-1")
