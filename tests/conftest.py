@@ -72,8 +72,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     """Build private clusters (default backends) for tests that kill or restart bookies."""
     made: list[LocalCluster] = []
 
-    def factory(bookies: int = 3, **kw: object) -> LocalCluster:
-        c = make_cluster(request, tmp_path / f"c{len(made)}", bookies, **kw)  # type: ignore[arg-type]
+    def factory(bookies: int = 3, config: ClusterConfig = DEFAULT, **kw: object) -> LocalCluster:
+        c = make_cluster(request, tmp_path / f"c{len(made)}", bookies, config, **kw)
         made.append(c)
         return c
 

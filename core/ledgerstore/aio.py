@@ -2,6 +2,7 @@
 
 from ledgerstore.client.client import Client
 from ledgerstore.client.ledger import LedgerHandle, ReadHandle
+from ledgerstore.client.log import LogReader, LogWriter, Position
 from ledgerstore.proto.digest import Entry
 
-__all__ = ["Client", "Entry", "LedgerHandle", "ReadHandle"]
+__all__ = ["Client", "Entry", "LedgerHandle", "LogReader", "LogWriter", "Position", "ReadHandle"]

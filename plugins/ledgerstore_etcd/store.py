@@ -125,6 +125,9 @@ class EtcdMetadataStore(MetadataStore):
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
         self.endpoints, self.prefix = parse_etcd_uri(uri)
+        options = dict(options)
+        if "session_timeout" in options:  # the name every metadata backend understands
+            options.setdefault("lease_ttl", int(float(options.pop("session_timeout"))))  # type: ignore[arg-type]
         known = {"lease_ttl", "user", "password", "ca_file", "cert_file", "key_file", "operation_timeout"}
         unknown = set(options) - known
         if unknown:

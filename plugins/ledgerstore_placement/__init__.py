@@ -1,61 +1,15 @@
-"""Placement policies: ``random`` (more arrive with the failure-handling work)."""
+"""Placement policies: ``random``, ``rack-aware``, ``region-aware`` and ``disk-aware``.
+
+Each is registered under the ``ledgerstore.placement`` entry-point group and selected by the
+client's ``placement`` setting; ``placement_options`` are passed to its constructor. See
+``docs/placement.md``.
+"""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
-from typing import Any
+from ledgerstore_placement.disk import DiskAwarePlacement
+from ledgerstore_placement.rack import RackAwarePlacement
+from ledgerstore_placement.random import RandomPlacement
+from ledgerstore_placement.region import RegionAwarePlacement
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
-from ledgerstore.errors import NotEnoughBookiesError
-
-__all__ = ["RandomPlacement"]
-
-
-class RandomPlacement(PlacementPolicy):
-    """Any distinct writable bookies, chosen uniformly at random. Option: ``seed``."""
-
-    name = "random"
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        seed = options.get("seed")
-        self._rnd = random.Random(seed) if seed is not None else random.Random()
-
-    @staticmethod
-    def _candidates(bookies: Sequence[BookieInfo], exclude: frozenset[str]) -> list[str]:
-        return [b.bookie_id for b in bookies if not b.read_only and b.bookie_id not in exclude]
-
-    def new_ensemble(
-        self,
-        ensemble_size: int,
-        write_quorum: int,
-        ack_quorum: int,
-        bookies: Sequence[BookieInfo],
-        exclude: frozenset[str] = frozenset(),
-    ) -> list[str]:
-        cands = self._candidates(bookies, exclude)
-        if len(cands) < ensemble_size:
-            raise NotEnoughBookiesError(
-                f"need {ensemble_size} writable bookies for the ensemble, found {len(cands)} "
-                f"({len(bookies)} registered, {len(exclude)} excluded, "
-                f"{sum(b.read_only for b in bookies)} read-only)"
-            )
-        return self._rnd.sample(cands, ensemble_size)
-
-    def replace_bookie(
-        self,
-        ensemble: Sequence[str],
-        write_quorum: int,
-        ack_quorum: int,
-        index: int,
-        bookies: Sequence[BookieInfo],
-        exclude: frozenset[str] = frozenset(),
-    ) -> str:
-        cands = self._candidates(bookies, exclude | frozenset(ensemble))
-        if not cands:
-            raise NotEnoughBookiesError(
-                f"no writable bookie outside the ensemble to replace {ensemble[index]} "
-                f"({len(bookies)} registered, ensemble of {len(ensemble)}, {len(exclude)} excluded)"
-            )
-        return self._rnd.choice(cands)
+__all__ = ["DiskAwarePlacement", "RackAwarePlacement", "RandomPlacement", "RegionAwarePlacement"]

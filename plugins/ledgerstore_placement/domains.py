@@ -141,9 +141,10 @@ class FaultDomainPlacement(PlacementPolicy):
             how = "no order" if found.proven else "no order found within the search budget"
             raise NotEnoughBookiesError(
                 f"write quorum must span {_plural(required, self.domain)}, but {how} of {ensemble_size} "
-                f"bookies drawn from the writable {self.domain}s ({counts}) gives every write quorum of "
-                f"{write_quorum} that many {self.domain}s (the best leaves {short} of {ensemble_size} short); "
-                f"add bookies in other {self.domain}s, change the ensemble size, or set enforce = false"
+                f"bookies from the writable {self.domain}s ({counts}) makes every write quorum of "
+                f"{write_quorum} span {_plural(required, self.domain)} (the best order leaves {short} of its "
+                f"{ensemble_size} write quorums short); add bookies in other {self.domain}s, change the "
+                f"ensemble size, or set enforce = false"
             )
         return self.assign_bookies(found.labels, pools)
 

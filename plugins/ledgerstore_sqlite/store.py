@@ -163,7 +163,10 @@ class SqliteMetadataStore(MetadataStore):
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
         self.path = path_from_uri(uri)
-        opts = _parse_options(dict(options))
+        options = dict(options)
+        if "session_timeout" in options:  # the name every metadata backend understands
+            options.setdefault("session_ttl", options.pop("session_timeout"))
+        opts = _parse_options(options)
         self.session_ttl = float(opts["session_ttl"])
         self.poll_interval = float(opts["poll_interval"])
         self.busy_timeout = float(opts["busy_timeout"])

@@ -1,7 +1,8 @@
 """Client side of the ``zmq`` transport: one DEALER socket per connection.
 
-``send`` only queues; the queue is flushed with non-blocking sends once per loop iteration, and
-whatever libzmq refuses (its pipe is at SNDHWM) stays queued until the socket is writable again.
+``send`` only queues; once per loop iteration the queue is packed into few messages
+(:mod:`.framing`) and flushed with non-blocking sends; whatever libzmq refuses (its pipe is at
+SNDHWM) stays queued until the socket is writable again.
 ``drain`` waits while the local queue holds more than ``high_water`` bytes.
 
 A socket monitor turns libzmq's connection events into the :class:`Connection` contract:
@@ -22,8 +23,9 @@ from collections.abc import Callable, Sequence
 import zmq
 import zmq.asyncio
 from ledgerstore.api import Connection
-from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
+from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError, ProtocolError
 
+from .framing import BATCH_BYTES, pack, unpack
 from .pump import EventPump
 
 __all__ = ["ZmqConnection", "CONTROL_CLOSE", "CONTROL_BYE", "CONTROL_PING", "RECV_BATCH"]
@@ -91,7 +93,8 @@ class ZmqConnection(Connection):
         self._release = release
         self._loop = asyncio.get_running_loop()
         self._queue: deque[bytes] = deque()
-        self._queued_bytes = 0
+        self._unsent: bytes | None = None  # a packed message libzmq refused (pipe at SNDHWM)
+        self._queued_bytes = 0  # encoded bytes in _queue and _unsent
         self._flush_scheduled = False
         self._pump: EventPump | None = None
         self._below_high_water = asyncio.Event()
@@ -129,7 +132,7 @@ class ZmqConnection(Connection):
                 f"frame of {len(frame)} bytes exceeds the limit of {self._max_frame_size}"
             )
         self._queue.append(frame)
-        self._queued_bytes += len(frame)
+        self._queued_bytes += len(frame) + 4
         if self._queued_bytes > self._high_water:
             self._below_high_water.clear()
         if not self._flush_scheduled:
@@ -143,11 +146,22 @@ class ZmqConnection(Connection):
             return
         queue, send = self._queue, self._sync.send
         pump.want_write = False
+        message = self._unsent
+        self._unsent = None
         try:
-            while queue:
-                send(queue[0], zmq.NOBLOCK)
-                self._queued_bytes -= len(queue.popleft())
+            while message is not None or queue:
+                if message is None:
+                    frames = [queue.popleft()]
+                    size = len(frames[0]) + 4
+                    while queue and size + len(queue[0]) + 4 <= BATCH_BYTES:
+                        size += len(queue[0]) + 4
+                        frames.append(queue.popleft())
+                    message = pack(frames)[0]
+                send(message, zmq.NOBLOCK)
+                self._queued_bytes -= len(message)
+                message = None
         except zmq.Again:
+            self._unsent = message
             pump.want_write = True  # the rest goes when libzmq's pipe has room again
         except zmq.ZMQError as exc:
             self._loop.create_task(self._shutdown(BookieUnavailableError(f"send to {self.address} failed: {exc}")))
@@ -165,23 +179,23 @@ class ZmqConnection(Connection):
     def _read(self) -> None:
         recv = self._sync.recv_multipart
         frames: list[bytes] = []
-        close_asked = False
+        failure: BookieUnavailableError | None = None
         try:
             for _ in range(RECV_BATCH):
                 parts = recv(zmq.NOBLOCK)
                 if len(parts) == 1:
-                    frames.append(parts[0])
+                    unpack(parts[0], self._max_frame_size, frames)
                 elif parts[-1] == CONTROL_CLOSE:
-                    close_asked = True
+                    failure = BookieUnavailableError(f"{self.address} closed this connection")
                     break
         except zmq.Again:
             pass
+        except ProtocolError as exc:
+            failure = BookieUnavailableError(f"bad message from {self.address}: {exc}")
         if frames:
             self._on_frames(frames)
-        if close_asked:
-            self._loop.create_task(
-                self._shutdown(BookieUnavailableError(f"{self.address} closed this connection"))
-            )
+        if failure is not None:
+            self._loop.create_task(self._shutdown(failure))
 
     async def _watch(self) -> None:
         recv = zmq.Socket.shadow(self._monitor.underlying).recv_multipart
@@ -238,6 +252,7 @@ class ZmqConnection(Connection):
         self._monitor.close(linger=0)
         self._sock.close(linger=0)
         self._queue.clear()
+        self._unsent = None
         self._release()
         self._done.set_result(None)
         if self._announce_close:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -29,7 +29,8 @@ class EventPump:
         self._on_readable = on_readable
         self._on_writable = on_writable
         self._loop = asyncio.get_running_loop()
-        self._fd = sock.getsockopt(zmq.FD)
+        self._fd = cast(int, sock.getsockopt(zmq.FD))
+        self._events = cast(Callable[[int], int], sock.getsockopt)
         self._scheduled = False
         self._closed = False
         self.want_write = False
@@ -47,14 +48,14 @@ class EventPump:
         self._scheduled = False
         if self._closed:
             return
-        events = self._sock.getsockopt(zmq.EVENTS)
+        events = self._events(zmq.EVENTS)
         if events & zmq.POLLOUT and self.want_write and self._on_writable is not None:
             self._on_writable()
         if events & zmq.POLLIN and not self._closed:
             self._on_readable()
         if self._closed:
             return
-        events = self._sock.getsockopt(zmq.EVENTS)
+        events = self._events(zmq.EVENTS)
         if events & zmq.POLLIN or (events & zmq.POLLOUT and self.want_write):
             self.schedule()
 

@@ -25,10 +25,12 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from ledgerstore.api import FrameHandler, Server
+from ledgerstore.errors import FrameTooLargeError, ProtocolError
 from zmq.auth.asyncio import AsyncioAuthenticator
 
 from .client import CONTROL_BYE, CONTROL_CLOSE, CONTROL_PING, RECV_BATCH, parse_event
 from .curve import CurveServerKeys
+from .framing import pack, unpack
 from .pump import EventPump
 from .sockopts import apply_socket_options
 
@@ -84,6 +86,7 @@ class ZmqServer(Server):
     def __init__(self, handler: FrameHandler, scheme: str, options: dict[str, Any],
                  max_frame_size: int, curve: CurveServerKeys | None) -> None:
         self.handler = handler
+        self.max_frame_size = max_frame_size
         self.scheme = scheme
         self.loop = asyncio.get_running_loop()
         self.ctx = zmq.asyncio.Context()
@@ -95,6 +98,7 @@ class ZmqServer(Server):
             "disconnects": 0,
             "dropped_replies": 0,
             "malformed_messages": 0,
+            "oversized_frames": 0,
             "handler_errors": 0,
         }
         self._out: deque[tuple[ZmqPeer, bytes]] = deque()
@@ -152,7 +156,7 @@ class ZmqServer(Server):
     # --- receiving -----------------------------------------------------------------------------
 
     def _read(self) -> None:
-        recv, peers = self.sync.recv_multipart, self.peers
+        recv, peers, limit = self.sync.recv_multipart, self.peers, self.max_frame_size
         batches: dict[bytes, list[bytes]] = {}
         try:
             for _ in range(RECV_BATCH):
@@ -160,9 +164,11 @@ class ZmqServer(Server):
                 if len(parts) == 2:
                     batch = batches.get(parts[0])
                     if batch is None:
-                        batches[parts[0]] = [parts[1]]
-                    else:
-                        batch.append(parts[1])
+                        batch = batches[parts[0]] = []
+                    try:
+                        unpack(parts[1], limit, batch)
+                    except ProtocolError as exc:
+                        self._reject(parts[0], batches, exc)
                 elif len(parts) == 3 and parts[1] == b"":
                     if parts[2] == CONTROL_BYE:
                         self._deliver(batches.pop(parts[0], None), parts[0])
@@ -175,6 +181,15 @@ class ZmqServer(Server):
             pass
         for identity, frames in batches.items():
             self._deliver(frames, identity)
+
+    def _reject(self, identity: bytes, batches: dict[bytes, list[bytes]], exc: ProtocolError) -> None:
+        """A peer sent a bad message: drop what it sent in this batch and close it."""
+        key = "oversized_frames" if isinstance(exc, FrameTooLargeError) else "malformed_messages"
+        self.counters[key] += 1
+        log.warning("peer zmq:%s: %s; closing it", identity.hex(), exc)
+        batches.pop(identity, None)
+        peer = self.peers.get(identity) or ZmqPeer(self, identity)
+        peer.close()
 
     def _deliver(self, frames: list[bytes] | None, identity: bytes) -> None:
         if not frames or identity in self._forgotten:
@@ -203,25 +218,36 @@ class ZmqServer(Server):
         if self._closed:
             self._out.clear()
             return
-        out, send = self._out, self.sync.send
+        by_peer: dict[ZmqPeer, list[bytes]] = {}
+        for peer, frame in self._out:
+            frames = by_peer.get(peer)
+            if frames is None:
+                by_peer[peer] = [frame]
+            else:
+                frames.append(frame)
+        self._out.clear()
+        send = self.sync.send
         more = zmq.SNDMORE | zmq.NOBLOCK
-        while out:
-            peer, frame = out.popleft()
+        counters = self.counters
+        for peer, frames in by_peer.items():
             if peer.gone:
-                self.counters["dropped_replies"] += 1
+                counters["dropped_replies"] += len(frames)
                 continue
-            try:
-                send(peer.identity, more)
-                send(frame, zmq.NOBLOCK)
-            except zmq.Again:
-                # Peer's pipe is at SNDHWM: it reads slower than it asks. Its request times out.
-                self.counters["dropped_replies"] += 1
-            except zmq.ZMQError as exc:
-                self.counters["dropped_replies"] += 1
-                if exc.errno == zmq.EHOSTUNREACH:
-                    self.forget(peer, remember=False)
-                else:
-                    log.warning("reply to %s failed: %s", peer.peer, exc)
+            for message in pack(frames):
+                try:
+                    send(peer.identity, more)
+                    send(message, zmq.NOBLOCK)
+                except zmq.Again:
+                    # The peer's pipe is at SNDHWM: it reads slower than it asks. Its requests time out.
+                    counters["dropped_replies"] += len(frames)
+                    break
+                except zmq.ZMQError as exc:
+                    counters["dropped_replies"] += len(frames)
+                    if exc.errno == zmq.EHOSTUNREACH:
+                        self.forget(peer, remember=False)
+                    else:
+                        log.warning("reply to %s failed: %s", peer.peer, exc)
+                    break
         self.pump.schedule()  # sending may have consumed the socket's wake-up edge
 
     # --- peers ---------------------------------------------------------------------------------
@@ -299,10 +325,10 @@ class ZmqServer(Server):
         if self._closed:
             return
         self._closed = True
-        for t in self._timers:
-            t.cancel()
-        for t in self._tasks:
-            t.cancel()
+        for timer in self._timers:
+            timer.cancel()
+        for task in self._tasks:
+            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._release()
         for peer in list(self.peers.values()):

@@ -6,6 +6,8 @@ from typing import Any
 
 import zmq
 
+from .framing import max_message_size
+
 __all__ = ["DEFAULT_HWM", "apply_socket_options"]
 
 #: Messages per peer pipe, each way; large because a pipelining client keeps thousands in flight
@@ -17,8 +19,8 @@ def apply_socket_options(sock: zmq.Socket[Any], options: dict[str, Any], max_fra
     """Set LINGER, MAXMSGSIZE, the high-water marks and ZMTP heartbeats from transport options."""
     sock.setsockopt(zmq.LINGER, 0)
     # libzmq checks this against the length header, before allocating: an oversized message
-    # disconnects its sender and never reaches Python.
-    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_size)
+    # disconnects its sender and never reaches Python. Frames inside are checked by framing.unpack.
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_size(max_frame_size))
     sock.setsockopt(zmq.SNDHWM, int(options.get("sndhwm", DEFAULT_HWM)))
     sock.setsockopt(zmq.RCVHWM, int(options.get("rcvhwm", DEFAULT_HWM)))
     heartbeat_ms = int(float(options.get("heartbeat_interval", 2.0)) * 1000)

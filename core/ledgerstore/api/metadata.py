@@ -62,6 +62,9 @@ class Subscription(abc.ABC):
 class MetadataStore(abc.ABC):
     """Versioned key-value store with compare-and-set, ephemeral keys and change notifications.
 
+    Every backend understands the option ``session_timeout`` (seconds): how long after its
+    process dies its ephemeral keys may outlive it.
+
     Backends are constructed from a URI (``sqlite:///path.db``, ``zk://host:port/root``,
     ``etcd://host:port/prefix``) and keyword options, then ``await start()``-ed. All methods are
     coroutines that are safe to call concurrently from one event loop.

@@ -217,3 +217,59 @@ def whatisinstanceid(sc: ShellContext, as_json: bool) -> None:
         emit({"instance_id": iid}, True)
     else:
         console.print(iid or "(no cluster initialised)")
+
+
+@shell.command()
+@json_option
+@pass_ctx
+@handle_errors
+def initnewcluster(sc: ShellContext, as_json: bool) -> None:
+    """Create a new cluster (instance id and layout) in an empty metadata store."""
+    from ledgerstore.errors import LedgerStoreError
+    from ledgerstore.meta.bookies import ClusterManager
+
+    async def go(client: Any) -> str:
+        cm = ClusterManager(client.store)
+        existing = await cm.instance_id()
+        if existing is not None:
+            raise LedgerStoreError(f"the metadata store already holds cluster {existing}; "
+                                   "use nukeexistingcluster first to start over")
+        return await cm.init()
+
+    iid = sc.with_client(go)
+    if as_json:
+        emit({"instance_id": iid}, True)
+    else:
+        console.print(f"new cluster initialised: instance id {iid}")
+
+
+@shell.command()
+@click.option("-i", "--instanceid", "instance_id", help="the instance id to nuke (a safety check)")
+@click.option("-f", "--force", is_flag=True, help="nuke without checking the instance id")
+@json_option
+@pass_ctx
+@handle_errors
+def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, as_json: bool) -> None:
+    """Delete every piece of cluster metadata (ledgers, logs, cookies, registrations, instance id).
+    Bookies' data on disk is not touched: format them before they join a new cluster."""
+    from ledgerstore.errors import LedgerStoreError
+    from ledgerstore.meta import layout
+    from ledgerstore.meta.bookies import ClusterManager
+
+    if not force and not instance_id:
+        raise click.UsageError("give --instanceid ID (see whatisinstanceid) or --force")
+
+    async def go(client: Any) -> str | None:
+        existing = await ClusterManager(client.store).instance_id()
+        if not force and existing != instance_id:
+            raise LedgerStoreError(f"instance id mismatch: the cluster is {existing!r}, you named {instance_id!r}")
+        for path in (layout.LEDGERS, layout.LOGS, layout.UNDERREPLICATION, layout.AVAILABLE, layout.COOKIES,
+                     layout.LAYOUT, layout.INSTANCE_ID, "/auditor"):
+            await client.store.delete_recursive(path)
+        return existing
+
+    nuked = sc.with_client(go)
+    if as_json:
+        emit({"nuked_instance_id": nuked}, True)
+    else:
+        console.print(f"cluster {nuked} nuked")

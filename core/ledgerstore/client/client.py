@@ -172,5 +172,71 @@ class Client:
     async def instance_id(self) -> str | None:
         return await ClusterManager(self.store).instance_id()  # type: ignore[arg-type]
 
+    # --- logs (named logs made of ledgers: ledgerstore.client.log) ------------------------------
+
+    async def open_log(
+        self,
+        name: str,
+        *,
+        ensemble: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        digest: str | None = None,
+        password: bytes = b"",
+        roll_size_bytes: int | None = None,
+        roll_interval_s: float | None = None,
+        create: bool = True,
+    ) -> LogWriter:
+        """Become the leader of log ``name``: fence its last two ledgers, create a ledger and
+        CAS-append it to the log's list; only then are writes accepted. Rolls to a new ledger
+        after ``roll_size_bytes`` of payload or ``roll_interval_s`` seconds (checked on append).
+        LogError if the log does not exist and ``create`` is false, or if the list kept changing
+        under this writer."""
+        from ledgerstore.client.log import LedgerSettings, open_log_writer
+
+        settings = LedgerSettings(ensemble, write_quorum, ack_quorum, digest, password)
+        return await open_log_writer(self, name, settings, roll_size_bytes=roll_size_bytes,
+                                     roll_interval_s=roll_interval_s, create=create)
+
+    async def open_log_reader(
+        self,
+        name: str,
+        start: Position | tuple[int, int] | str = "earliest",
+        *,
+        password: bytes = b"",
+        follow: bool = False,
+        poll_interval_s: float = 0.5,
+        batch_size: int = 1000,
+    ) -> LogReader:
+        """Read log ``name`` from ``start`` (``"earliest"``, ``"latest"`` or a position) without
+        fencing anything. ``follow`` makes ``async for`` wait for new entries (see ``tail()``)."""
+        from ledgerstore.client.log import open_log_reader
+
+        return await open_log_reader(self, name, start, password, follow=follow,
+                                     poll_interval_s=poll_interval_s, batch_size=batch_size)
+
+    async def list_logs(self) -> list[str]:
+        """Names of every log, sorted."""
+        from ledgerstore.meta.logs import LogManager
+
+        return await LogManager(self.store).list()  # type: ignore[arg-type]
+
+    async def delete_log(self, name: str, password: bytes = b"") -> None:
+        """Delete a log and all its ledgers; a writer still leading it is fenced first."""
+        from ledgerstore.client.log import fence_and_delete_log
+
+        await fence_and_delete_log(self, name, password)
+
+    async def truncate_log(self, name: str, before: Position | tuple[int, int] | str) -> list[int]:
+        """Delete the whole ledgers of log ``name`` lying entirely before ``before``; returns their ids."""
+        from ledgerstore.client.log import truncate_log
+
+        return await truncate_log(self, name, before)
+
+
+from typing import TYPE_CHECKING  # noqa: E402  (kept beside the names it guards)
+
+if TYPE_CHECKING:
+    from ledgerstore.client.log import LogReader, LogWriter, Position
 
 __all__ = ["Client", "LedgerHandle", "ReadHandle", "LedgerStoreError"]

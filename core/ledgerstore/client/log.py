@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -31,6 +32,7 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
 )
 from ledgerstore.meta.logs import LogManager, LogMetadata, Position, validate_log_name
+from ledgerstore.proto.digest import Entry
 
 if TYPE_CHECKING:
     from ledgerstore.client.client import Client
@@ -101,6 +103,8 @@ class LogWriter:
         self._roll_not_before = 0.0
         self._closers: set[asyncio.Task[None]] = set()
         self._last: Position | None = None
+        self._logs = LogManager(client.store)  # type: ignore[arg-type]
+        self._roll_failure: LedgerStoreError | None = None
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -141,7 +145,7 @@ class LogWriter:
         inner = seg.lh.append_async(payload)
         seg.outstanding += 1
         seg.bytes += len(payload)
-        inner.add_done_callback(lambda f, seg=seg, outer=outer: self._on_added(seg, outer, f))
+        inner.add_done_callback(functools.partial(self._on_added, seg, outer))
         if self._roll_task is None and self._roll_due(seg):
             self._roll_task = loop.create_task(self._roll(), name=f"roll log {self.name}")
         return outer
@@ -214,11 +218,18 @@ class LogWriter:
     async def roll(self) -> int:
         """Roll to a new ledger now (create it, CAS-append it, then close the previous one).
         Returns the new ledger's id."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LedgerClosedError(f"log writer for {self.name!r} is closed")
+        before = self.ledger_id
         if self._roll_task is None:
             self._roll_task = self.client.loop.create_task(self._roll(), name=f"roll log {self.name}")
         await asyncio.shield(self._roll_task)
         if self._error is not None:
             raise self._error
+        if self.ledger_id == before:
+            raise LogError(f"log {self.name!r}: could not roll past ledger {before}: {self._roll_failure}")
         return self.ledger_id
 
     async def _roll(self) -> None:
@@ -235,32 +246,20 @@ class LogWriter:
         except LedgerStoreError as exc:
             # not fatal: keep writing to the current ledger and try again a little later
             self._roll_not_before = time.monotonic() + _ROLL_RETRY_S
+            self._roll_failure = exc
             log.warning("log %s: cannot create the next ledger (%s); staying on ledger %d", self.name, exc,
                         old.ledger_id)
             return
-        md = self._md
-        while True:
-            try:
-                if md.last_ledger_id != old.ledger_id:
-                    raise LedgerFencedError(
-                        f"log {self.name!r} was taken over by another writer: its last ledger is "
-                        f"{md.last_ledger_id}, not this writer's {old.ledger_id}")
-                self._md = await self.client_logs.write(md.with_ledger(new_lh.ledger_id))
-                break
-            except BadVersionError:
-                fresh = await self.client_logs.read(self.name)
-                if fresh is None:
-                    await self._discard(new_lh)
-                    self._fail(LogError(f"log {self.name!r} was deleted while this writer was rolling it"))
-                    return
-                if fresh.last_ledger_id == new_lh.ledger_id:  # our write did land (ambiguous failure)
-                    self._md = fresh
-                    break
-                md = fresh  # e.g. a truncation changed the list: try again if we still lead
-            except LedgerStoreError as exc:
-                await self._discard(new_lh)
-                self._fail(exc)
-                return
+        try:
+            appended = await self._append_to_list(new_lh)
+        except LedgerStoreError as exc:
+            # the CAS outcome is unknown: the ledger may be in the list, so it must not be deleted;
+            # if it is, it is the last one and the next leader fences it
+            self._fail(exc)
+            return
+        if not appended:
+            await self._discard(new_lh)
+            return
         if self._error is not None or self._closed:
             # failed or closed meanwhile: the new ledger is in the list, so close it (empty)
             await self._close_quietly(new_lh)
@@ -273,6 +272,30 @@ class LogWriter:
         closer = self.client.loop.create_task(self._close_sealed(old), name=f"close ledger {old.ledger_id}")
         self._closers.add(closer)
         closer.add_done_callback(self._closers.discard)
+
+    async def _append_to_list(self, new_lh: LedgerHandle) -> bool:
+        """CAS-append ``new_lh`` to the log. False (and the writer failed) if another writer took
+        the log over, so the new ledger was never listed and may be deleted."""
+        md = self._md
+        old_id = self._seg.ledger_id
+        while True:
+            if md.last_ledger_id != old_id:
+                self._fail(LedgerFencedError(
+                    f"log {self.name!r} was taken over by another writer: its last ledger is "
+                    f"{md.last_ledger_id}, not this writer's {old_id}"))
+                return False
+            try:
+                self._md = await self._logs.write(md.with_ledger(new_lh.ledger_id))
+                return True
+            except BadVersionError:
+                fresh = await self._logs.read(self.name)
+                if fresh is None:
+                    self._fail(LogError(f"log {self.name!r} was deleted while this writer was rolling it"))
+                    return False
+                if fresh.last_ledger_id == new_lh.ledger_id:  # an earlier attempt did land
+                    self._md = fresh
+                    return True
+                md = fresh  # e.g. a truncation changed the list: try again if we still lead
 
     async def _close_sealed(self, seg: _Segment) -> None:
         try:
@@ -294,10 +317,6 @@ class LogWriter:
             await lh.close()
         except LedgerStoreError as exc:
             log.warning("log %s: closing ledger %d failed: %s", self.name, lh.ledger_id, exc)
-
-    @property
-    def client_logs(self) -> LogManager:
-        return LogManager(self.client.store)  # type: ignore[arg-type]
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -563,13 +582,11 @@ class LogReader:
             if self._idx + 1 < len(self._md.segments):
                 self._rh = None
                 fresh = await self._handle()
-                if fresh.is_closed and fresh.last_add_confirmed >= self._next:
-                    continue
-                if fresh.is_closed:
+                if fresh.is_closed or fresh.last_add_confirmed >= self._next:
                     continue
             return
 
-    async def _read(self, rh: ReadHandle, first: int, last: int) -> list:  # type: ignore[type-arg]
+    async def _read(self, rh: ReadHandle, first: int, last: int) -> list[Entry]:
         try:
             return await rh.read(first, last)
         except (NoSuchEntryError, BookieUnavailableError):
@@ -594,9 +611,17 @@ class LogReader:
                 return False
             rh = self._rh
             if rh is not None and not rh.is_closed and self._idx < len(self._md.segments):
-                await rh.wait_for_lac(self._next - 1, timeout=remaining)
+                started = time.monotonic()
+                lac = await rh.wait_for_lac(self._next - 1, timeout=remaining)
+                if lac < self._next and not rh.is_closed and time.monotonic() - started < remaining / 2:
+                    # bookies answer at once for a ledger being recovered: do not spin meanwhile
+                    await asyncio.sleep(min(remaining, 0.05))
             else:
                 await asyncio.sleep(remaining)
+
+    def _unread(self, items: list[tuple[Position, bytes]]) -> None:
+        """Put entries handed out but not consumed back in front (for the sync iterator)."""
+        self._buf.extendleft(reversed(items))
 
     async def _peek(self) -> bool:
         await self._fetch(self.batch_size)

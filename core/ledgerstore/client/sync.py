@@ -187,3 +187,36 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- logs ----------------------------------------------------------------------------------
+
+    def open_log(self, name: str, *, ensemble: int | None = None, write_quorum: int | None = None,
+                 ack_quorum: int | None = None, digest: str | None = None, password: bytes = b"",
+                 roll_size_bytes: int | None = None, roll_interval_s: float | None = None,
+                 create: bool = True) -> LogWriter:
+        """Become the leader of log ``name`` (see :meth:`ledgerstore.aio.Client.open_log`)."""
+        w = self._run(self._aio.open_log(
+            name, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, digest=digest,
+            password=password, roll_size_bytes=roll_size_bytes, roll_interval_s=roll_interval_s, create=create))
+        return LogWriter(self, w)
+
+    def open_log_reader(self, name: str, start: Position | tuple[int, int] | str = "earliest", *,
+                        password: bytes = b"", follow: bool = False, poll_interval_s: float = 0.5,
+                        batch_size: int = 1000) -> LogReader:
+        """Read log ``name`` from ``start`` without fencing (see :meth:`ledgerstore.aio.Client.open_log_reader`)."""
+        r = self._run(self._aio.open_log_reader(name, start, password=password, follow=follow,
+                                                poll_interval_s=poll_interval_s, batch_size=batch_size))
+        return LogReader(self, r)
+
+    def list_logs(self) -> list[str]:
+        return self._run(self._aio.list_logs())
+
+    def delete_log(self, name: str, password: bytes = b"") -> None:
+        self._run(self._aio.delete_log(name, password))
+
+    def truncate_log(self, name: str, before: Position | tuple[int, int] | str) -> list[int]:
+        return self._run(self._aio.truncate_log(name, before))
+
+
+from ledgerstore.client.log_sync import LogReader, LogWriter  # noqa: E402  (needs Client defined first)
+from ledgerstore.meta.logs import Position  # noqa: E402

@@ -1,0 +1,40 @@
+"""The ``rack-aware`` placement policy: every write quorum spans several racks."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ledgerstore.api import BookieInfo
+
+from ledgerstore_placement.domains import FaultDomainPlacement
+from ledgerstore_placement.options import str_option
+
+__all__ = ["RackAwarePlacement"]
+
+
+class RackAwarePlacement(FaultDomainPlacement):
+    """Orders each ensemble so that every write quorum spans at least
+    ``min(min_racks_per_write_quorum, write_quorum)`` racks, after BookKeeper's
+    RackawareEnsemblePlacementPolicy.
+
+    Options: ``min_racks_per_write_quorum`` (default 2), ``enforce`` (default true; false places
+    best effort when the racks cannot meet the constraint), ``local_rack`` (read from bookies of
+    this rack first), ``seed``.
+    """
+
+    name = "rack-aware"
+    domain = "rack"
+    extra_options: ClassVar[frozenset[str]] = frozenset({"local_rack"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        #: the reader's rack: its bookies are read first
+        self.local_rack: str | None = str_option(self.name, options, "local_rack")
+
+    def domain_of(self, bookie: BookieInfo) -> str:
+        """The bookie's rack."""
+        return bookie.rack
+
+    def locality(self, bookie: BookieInfo) -> int:
+        """0 for a bookie in ``local_rack``, 1 otherwise."""
+        return 0 if self.local_rack is not None and bookie.rack == self.local_rack else 1

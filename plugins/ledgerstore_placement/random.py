@@ -1,0 +1,64 @@
+"""The ``random`` placement policy: any distinct writable bookies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.errors import NotEnoughBookiesError
+
+from ledgerstore_placement.options import check_known, make_random
+
+__all__ = ["RandomPlacement"]
+
+
+class RandomPlacement(PlacementPolicy):
+    """Any distinct writable bookies, chosen uniformly at random. Option: ``seed``."""
+
+    name = "random"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        check_known(self.name, options, {"seed"})
+        self._rnd = make_random(options)
+
+    @staticmethod
+    def _candidates(bookies: Sequence[BookieInfo], exclude: frozenset[str]) -> list[str]:
+        return [b.bookie_id for b in bookies if not b.read_only and b.bookie_id not in exclude]
+
+    def new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        bookies: Sequence[BookieInfo],
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[str]:
+        """``ensemble_size`` distinct writable bookies not in ``exclude``, uniformly at random."""
+        cands = self._candidates(bookies, exclude)
+        if len(cands) < ensemble_size:
+            raise NotEnoughBookiesError(
+                f"need {ensemble_size} writable bookies for the ensemble, found {len(cands)} "
+                f"({len(bookies)} registered, {len(exclude)} excluded, "
+                f"{sum(b.read_only for b in bookies)} read-only)"
+            )
+        return self._rnd.sample(cands, ensemble_size)
+
+    def replace_bookie(
+        self,
+        ensemble: Sequence[str],
+        write_quorum: int,
+        ack_quorum: int,
+        index: int,
+        bookies: Sequence[BookieInfo],
+        exclude: frozenset[str] = frozenset(),
+    ) -> str:
+        """Any writable bookie outside the ensemble and ``exclude``."""
+        cands = self._candidates(bookies, exclude | frozenset(ensemble))
+        if not cands:
+            raise NotEnoughBookiesError(
+                f"no writable bookie outside the ensemble to replace {ensemble[index]} "
+                f"({len(bookies)} registered, ensemble of {len(ensemble)}, {len(exclude)} excluded)"
+            )
+        return self._rnd.choice(cands)
