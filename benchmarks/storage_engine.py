@@ -15,6 +15,7 @@ random bytes, so compression gains nothing. Every phase is bounded by its entry 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -33,8 +34,9 @@ def _payloads(size: int, count: int = 1024) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
 
 
-def bench_add(factory: Callable[[Path], Any], root: Path, size: int, entries: int, ledgers: int,
-              flush_every: int) -> dict[str, Any]:
+def bench_add(
+    factory: Callable[[Path], Any], root: Path, size: int, entries: int, ledgers: int, flush_every: int
+) -> dict[str, Any]:
     """Add ``entries`` entries of ``size`` bytes with a flush() every ``flush_every`` adds."""
     engine = factory(root)
     engine.open()
@@ -75,8 +77,15 @@ def bench_add(factory: Callable[[Path], Any], root: Path, size: int, entries: in
     }
 
 
-def bench_get(factory: Callable[[Path], Any], root: Path, size: int, entries: int, ledgers: int,
-              lookups: int, flush_every: int) -> dict[str, Any]:
+def bench_get(
+    factory: Callable[[Path], Any],
+    root: Path,
+    size: int,
+    entries: int,
+    ledgers: int,
+    lookups: int,
+    flush_every: int,
+) -> dict[str, Any]:
     """Store ``entries`` entries, reopen the engine (cold engine caches, warm OS page cache) and
     time ``lookups`` get_entry calls on uniformly random stored entries."""
     engine = factory(root)
@@ -121,6 +130,18 @@ def bench_get(factory: Callable[[Path], Any], root: Path, size: int, entries: in
     }
 
 
+def _add_phase(
+    factory: Callable[[Path], Any], args: argparse.Namespace, size: int, path: Path
+) -> dict[str, Any]:
+    return bench_add(factory, path, size, args.add_entries, args.ledgers, args.flush_every)
+
+
+def _get_phase(factory: Callable[[Path], Any], args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    return bench_get(
+        factory, path, args.read_size, args.read_entries, args.ledgers, args.lookups, args.flush_every
+    )
+
+
 def _option(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep:
@@ -134,14 +155,22 @@ def _option(text: str) -> tuple[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", required=True, help="storage backend name, e.g. rocksdb or entrylog")
-    parser.add_argument("-o", "--option", type=_option, action="append", default=[],
-                        help="engine option NAME=VALUE (VALUE parsed as JSON when it can be)")
+    parser.add_argument(
+        "-o",
+        "--option",
+        type=_option,
+        action="append",
+        default=[],
+        help="engine option NAME=VALUE (VALUE parsed as JSON when it can be)",
+    )
     parser.add_argument("--dir", type=Path, help="where to put the data (default: a temp dir, removed)")
     parser.add_argument("--add-entries", type=int, default=500_000, help="adds per add phase")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024], help="entry sizes of add phases")
     parser.add_argument("--flush-every", type=int, default=10_000)
     parser.add_argument("--ledgers", type=int, default=16)
-    parser.add_argument("--read-entries", type=int, default=1_000_000, help="entries stored for the read phase")
+    parser.add_argument(
+        "--read-entries", type=int, default=1_000_000, help="entries stored for the read phase"
+    )
     parser.add_argument("--read-size", type=int, default=100)
     parser.add_argument("--lookups", type=int, default=200_000, help="random get_entry calls timed")
     parser.add_argument("--skip-reads", action="store_true")
@@ -157,14 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="ledgerstore-bench-"))
     results: list[dict[str, Any]] = []
     try:
-        phases: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
-            (f"add-{size}", lambda p, size=size: bench_add(
-                factory, p, size, args.add_entries, args.ledgers, args.flush_every))
-            for size in args.sizes
-        ]
+        phases: list[tuple[str, Callable[[Path], dict[str, Any]]]] = []
+        for size in args.sizes:
+            phases.append((f"add-{size}", functools.partial(_add_phase, factory, args, size)))
         if not args.skip_reads:
-            phases.append(("get", lambda p: bench_get(
-                factory, p, args.read_size, args.read_entries, args.ledgers, args.lookups, args.flush_every)))
+            phases.append(("get", functools.partial(_get_phase, factory, args)))
         for name, run in phases:
             path = base / name
             shutil.rmtree(path, ignore_errors=True)

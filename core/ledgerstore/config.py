@@ -41,6 +41,48 @@ class JournalConfig:
 
 
 @dataclasses.dataclass
+class AutoRecoveryConfig:
+    """Auto-recovery (``[bookie.autorecovery]``): the auditor candidate and replication workers a
+    bookie runs beside itself, or ``ledgerstore autorecovery`` runs on its own."""
+
+    #: run an auditor candidate and replication workers in this bookie (autoRecoveryDaemonEnabled)
+    enabled: bool = False
+    #: how long a bookie must be gone before its ledgers are marked under-replicated
+    #: (lostBookieRecoveryDelay; the shell's lostbookierecoverydelay overrides it cluster-wide)
+    lost_bookie_recovery_delay_s: float = 0.0
+    #: full check of every ledger's metadata, catching whatever events were missed (auditorPeriodicCheckInterval)
+    audit_interval_s: float = 3600.0
+    #: entries copied per second by each worker; 0 = unthrottled
+    rereplication_entries_per_s: float = 0.0
+    #: how long an open ledger's writer may keep its last fragment before a worker fences and
+    #: closes the ledger to re-replicate it (openLedgerRereplicationGracePeriod)
+    open_ledger_rereplication_grace_s: float = 30.0
+    #: a worker's claim on a marker lapses this long after its last renewal (a killed worker's
+    #: work is taken over after at most this)
+    lease_s: float = 30.0
+    #: ledgers each worker re-replicates at once
+    parallel_ledgers: int = 4
+    #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
+    client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.lost_bookie_recovery_delay_s < 0:
+            problems.append("'autorecovery.lost_bookie_recovery_delay_s' must be >= 0")
+        if self.audit_interval_s <= 0:
+            problems.append("'autorecovery.audit_interval_s' must be positive")
+        if self.rereplication_entries_per_s < 0:
+            problems.append("'autorecovery.rereplication_entries_per_s' must be >= 0 (0 = unthrottled)")
+        if self.open_ledger_rereplication_grace_s < 0:
+            problems.append("'autorecovery.open_ledger_rereplication_grace_s' must be >= 0")
+        if self.lease_s < 1:
+            problems.append("'autorecovery.lease_s' must be at least 1 second")
+        if self.parallel_ledgers < 1:
+            problems.append("'autorecovery.parallel_ledgers' must be at least 1")
+        return problems
+
+
+@dataclasses.dataclass
 class BookieConfig:
     """A bookie process. ``metadata`` is required; everything else has a default."""
 
@@ -69,6 +111,7 @@ class BookieConfig:
     http_port: int = 0
     http_address: str = "127.0.0.1"
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
+    autorecovery: AutoRecoveryConfig = dataclasses.field(default_factory=AutoRecoveryConfig)
     #: options for the transport plugin (TLS files, CURVE keys, ...)
     transport: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: options for the storage engine plugin
@@ -98,6 +141,7 @@ class BookieConfig:
             problems.append("'journal.max_group_bytes' must be positive")
         if self.flush_interval_ms <= 0:
             problems.append("'flush_interval_ms' must be positive")
+        problems.extend(self.autorecovery.validate())
         return problems
 
 
@@ -122,6 +166,9 @@ class ClientConfig:
     max_outstanding_adds: int = 100_000
     #: replace a failed bookie by an ensemble change instead of failing the add
     ensemble_change: bool = True
+    #: keep the ledger password in its metadata so auto-recovery can re-replicate and fence it
+    #: (BookKeeper's storePasswordInMetadata)
+    store_password_in_metadata: bool = True
     max_frame_size: int = 5 * 1024 * 1024
     transport: dict[str, Any] = dataclasses.field(default_factory=dict)
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -572,7 +572,7 @@ class EntryLogStorage(StorageEngine):
             self._lru.move_to_end((led.ledger_id, page_no))
             return page
         while len(self._lru) >= self._max_pages:
-            pass
+            self._evict_one()
         if led.file_exists and page_no < led.file_pages:
             slots = read_page(led.path, page_no, self._page_size)
         else:
@@ -592,6 +592,8 @@ class EntryLogStorage(StorageEngine):
             # The page may point into the log's write buffer: hand that to the OS first, so an
             # index on disk never points past its log's data if only the process dies.
             active = self._active[led.dir_idx]
+            if active is not None:
+                active.write_out()
             self._write_ledger_pages(led, [(page_no, page.slots)], keep_open=False)
             page.dirty = False
             self._dirty_evictions += 1

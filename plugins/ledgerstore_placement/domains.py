@@ -16,7 +16,13 @@ from ledgerstore.api import BookieInfo, PlacementPolicy
 from ledgerstore.errors import NotEnoughBookiesError
 
 from ledgerstore_placement.options import bool_option, check_known, int_option, make_random
-from ledgerstore_placement.striping import arrange, min_shortfall, shortfall, windows_containing, write_windows
+from ledgerstore_placement.striping import (
+    arrange,
+    min_shortfall,
+    shortfall,
+    windows_containing,
+    write_windows,
+)
 
 __all__ = ["FaultDomainPlacement", "writable_candidates"]
 
@@ -84,8 +90,9 @@ class FaultDomainPlacement(PlacementPolicy):
     def _domain_of_id(self, bookie_id: str, info: Mapping[str, BookieInfo]) -> str:
         return self.domain_of(info.get(bookie_id, _UNKNOWN))
 
-    def _required(self, write_quorum: int, domains_available: int, counts: str) -> int:
-        """Domains each write window must span; raises when ``enforce`` and too few domains exist."""
+    def _required(self, write_quorum: int, domains_available: int, detail: str) -> int:
+        """Domains each write window must span; raises when ``enforce`` and too few domains exist
+        (``detail`` says which bookies were counted)."""
         wanted = min(self.min_domains, write_quorum)
         if domains_available >= wanted:
             return wanted
@@ -93,7 +100,7 @@ class FaultDomainPlacement(PlacementPolicy):
             verb = "has" if domains_available == 1 else "have"
             raise NotEnoughBookiesError(
                 f"write quorum must span {_plural(wanted, self.domain)}; only "
-                f"{_plural(domains_available, self.domain)} {verb} writable bookies ({counts}); add bookies "
+                f"{_plural(domains_available, self.domain)} {verb} writable bookies ({detail}); add bookies "
                 f"in other {self.domain}s, lower {self.min_option}, or set enforce = false"
             )
         return max(1, domains_available)
@@ -130,7 +137,7 @@ class FaultDomainPlacement(PlacementPolicy):
         for b in cands:
             pools[self.domain_of(b)].append(b)
         counts = self._counts(pools)
-        required = self._required(write_quorum, len(pools), counts)
+        required = self._required(write_quorum, len(pools), f"writable bookies per {self.domain}: {counts}")
         capacity = {d: len(p) for d, p in pools.items()}
         found = arrange(capacity, ensemble_size, write_quorum, required, self._rnd)
         if found.shortfall and self.enforce:
@@ -176,7 +183,12 @@ class FaultDomainPlacement(PlacementPolicy):
         for b in cands:
             pools[self.domain_of(b)].append(b)
         kept = {labels[i] for i in range(len(ensemble)) if i != index}
-        required = self._required(write_quorum, len(kept | set(pools)), self._counts(pools))
+        required = self._required(
+            write_quorum,
+            len(kept | set(pools)),
+            f"the rest of the ensemble is on {', '.join(sorted(kept)) or 'no ' + self.domain}; writable bookies "
+            f"outside it per {self.domain}: {self._counts(pools)}",
+        )
         windows = windows_containing(index, len(ensemble), write_quorum)
         others = [[i for i in w if i != index] for w in windows]
         present = [{labels[i] for i in o} for o in others]

@@ -1,4 +1,8 @@
-"""Validation of placement options: typed values, checked once when a policy is built."""
+"""Validation of placement options: typed values, checked once when a policy is built.
+
+Values from TOML arrive typed; values from environment overrides
+(``LEDGERSTORE_CLIENT_PLACEMENT_OPTIONS__ENFORCE=false``) arrive as text, so text is parsed too.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,15 @@ from typing import Any
 from ledgerstore.errors import ConfigError
 
 __all__ = ["bool_option", "check_known", "float_option", "int_option", "make_random", "str_option"]
+
+
+def _parse_text(value: Any, kind: type[int] | type[float]) -> Any:
+    if isinstance(value, str):
+        try:
+            return kind(value.strip())
+        except ValueError:
+            return value
+    return value
 
 
 def check_known(policy: str, options: Mapping[str, Any], allowed: Iterable[str]) -> None:
@@ -24,7 +37,7 @@ def check_known(policy: str, options: Mapping[str, Any], allowed: Iterable[str])
 
 def int_option(policy: str, options: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
     """An integer option no smaller than ``minimum``."""
-    value = options.get(key, default)
+    value = _parse_text(options.get(key, default), int)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"placement policy {policy!r}: {key} must be an integer >= {minimum}, got {value!r}")
     return value
@@ -34,14 +47,14 @@ def float_option(
     policy: str, options: Mapping[str, Any], key: str, default: float, low: float, high: float
 ) -> float:
     """A number in ``(low, high]``."""
-    value = options.get(key, default)
+    value = _parse_text(options.get(key, default), float)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
         raise ConfigError(f"placement policy {policy!r}: {key} must be a number in ({low}, {high}], got {value!r}")
     return float(value)
 
 
 def bool_option(policy: str, options: Mapping[str, Any], key: str, default: bool) -> bool:
-    """A boolean; the strings true/false/yes/no/1/0 are accepted because environment overrides are text."""
+    """A boolean, or the text true/false/yes/no/1/0."""
     value = options.get(key, default)
     if isinstance(value, bool):
         return value

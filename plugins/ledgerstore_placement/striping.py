@@ -29,10 +29,11 @@ __all__ = [
     "write_windows",
 ]
 
-#: Search nodes :func:`arrange` may visit before settling for the best order found so far. Orders
-#: that meet the constraint are found on the first descent; the budget only bounds the proof that
-#: none exists, which for ensembles of a dozen bookies takes a few thousand nodes.
-SEARCH_BUDGET = 20_000
+#: Window evaluations :func:`arrange` may spend (a few microseconds each) before settling for the
+#: best order found so far: at most about a second. Orders that meet the constraint are found on the
+#: first descent; the budget only bounds the proof that none exists, which it covers for ensembles
+#: up to about 20 bookies and most larger ones.
+SEARCH_BUDGET = 200_000
 
 
 def write_windows(ensemble_size: int, write_quorum: int) -> list[tuple[int, ...]]:
@@ -103,13 +104,15 @@ def arrange(
     seq: list[str] = []
     best: list[str] | None = None
     best_short = float("inf")
-    nodes = 0
+    work = 0
 
     def lower_bound() -> int:
         # Two bounds on the shortfall of every completion of ``seq``; capacities only shrink deeper
         # in the search, so both hold for the whole subtree. Per window: it gains at most one domain
         # per unfilled position, and only domains with bookies left. Per domain: ``k`` more bookies
         # of it sit in at most ``k * write_quorum`` windows, so it adds itself to at most that many.
+        nonlocal work
+        work += len(windows)
         filled = len(seq)
         spare = {d: left for d, left in remaining.items() if left > 0}
         per_window = 0
@@ -134,12 +137,11 @@ def arrange(
         return max(per_window, need_total - min(cap_total, supply))
 
     def descend(pos: int) -> None:
-        nonlocal best, best_short, nodes
+        nonlocal best, best_short
         if pos == ensemble_size:
             best, best_short = list(seq), lower_bound()
             return
-        nodes += 1
-        if nodes > budget:
+        if work > budget and best is not None:
             raise _BudgetSpent
         used = set(seq)
         fresh_keys: set[int] = set()

@@ -18,18 +18,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rocksdict import (
-    BlockBasedOptions,
-    BottommostLevelCompaction,
-    Cache,
-    CompactOptions,
-    DBCompressionType,
-    Options,
-    Rdict,
-    WriteBatch,
-    WriteOptions,
-)
-
 from ledgerstore.api import StorageEngine, StorageStats
 from ledgerstore.errors import (
     BookieIOError,
@@ -38,11 +26,22 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
+from rocksdict import (
+    BlockBasedOptions,
+    BottommostLevelCompaction,
+    Cache,
+    CompactOptions,
+    DbClosedError,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
 from ledgerstore_rocksdb.config import RocksDBConfig
 from ledgerstore_rocksdb.format import (
-    ENTRY_PREFIX,
     GC_PREFIX,
-    HEADER_SIZE,
     MAX_ENTRY_ID,
     STATE_PREFIX,
     LedgerState,
@@ -101,7 +100,8 @@ class RocksDBStorage(StorageEngine):
         self.path = self.ledger_dirs[0] / "rocksdb"
         self._db: Rdict | None = None
         self._write_opts = WriteOptions()
-        self._write_opts.disable_wal = not self.config.wal
+        # rocksdict's stub declares disable_wal a method; at run time it is a settable property.
+        self._write_opts.disable_wal = not self.config.wal  # type: ignore[method-assign,assignment]
         self._sync_opts = WriteOptions()
         self._sync_opts.sync = True
         self._compression = self.config.compression
@@ -126,13 +126,16 @@ class RocksDBStorage(StorageEngine):
             try:
                 self.path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise BookieIOError(f"cannot create the rocksdb storage directory {self.path}: {exc}") from exc
+                raise BookieIOError(
+                    f"cannot create the rocksdb storage directory {self.path}: {exc}"
+                ) from exc
             db = self._open_db()
             try:
-                ledgers = {
-                    split_ledger_key(k): decode_state(k, v) for k, v in self._scan(db, STATE_PREFIX)
-                }
-                pending = {split_ledger_key(k) for k, v in self._scan(db, GC_PREFIX) if decode_record(k, v) == b""}
+                ledgers = {split_ledger_key(k): decode_state(k, v) for k, v in self._scan(db, STATE_PREFIX)}
+                pending: set[int] = set()
+                for k, v in self._scan(db, GC_PREFIX):
+                    decode_record(k, v)
+                    pending.add(split_ledger_key(k))
             except BaseException:
                 db.close()
                 raise
@@ -146,10 +149,11 @@ class RocksDBStorage(StorageEngine):
                 db = Rdict(str(self.path), self._rocks_options(name))
             except Exception as exc:
                 message = str(exc)
-                if i + 1 < len(names) and "ompression" in message:
+                about_compression = "compression" in message.lower()
+                if i + 1 < len(names) and about_compression:
                     log.info("lz4 is not available in this RocksDB build (%s); storing uncompressed", message)
                     continue
-                if "ompression" in message:
+                if about_compression:
                     raise ConfigError(
                         f"rocksdb storage option compression={name!r} is not supported by this RocksDB "
                         f"build: {message}; use compression='none' or 'auto'"
@@ -185,14 +189,16 @@ class RocksDBStorage(StorageEngine):
 
     def close(self) -> None:
         """Flush the memtables, then close the database. Idempotent."""
-        with self._lock:
+        with self._gc_lock, self._lock:  # a running GC finishes first
             db, self._db = self._db, None
         if db is None:
             return
         try:
             db.flush(True)
         except Exception as exc:
-            raise BookieIOError(f"flushing the rocksdb storage at {self.path} on close failed: {exc}") from exc
+            raise BookieIOError(
+                f"flushing the rocksdb storage at {self.path} on close failed: {exc}"
+            ) from exc
         finally:
             db.close()
 
@@ -279,15 +285,15 @@ class RocksDBStorage(StorageEngine):
         without a master key, so every ledger with entries is listed."""
         db = self._db
         if db is None:
-            self._require_db()
+            db = self._require_db()
         key = entry_key(ledger_id, entry_id)
         value = encode_record(key, data)
         with self._lock:
             if ledger_id not in self._ledgers:
-                self._put_state(db, ledger_id, _EMPTY_STATE)  # type: ignore[arg-type]
+                self._put_state(db, ledger_id, _EMPTY_STATE)
             self._entries_written += 1
         try:
-            db.put(key, value, self._write_opts)  # type: ignore[union-attr]
+            db.put(key, value, self._write_opts)
         except Exception as exc:
             raise BookieIOError(f"writing ledger {ledger_id} entry {entry_id} failed: {exc}") from exc
 
@@ -295,12 +301,12 @@ class RocksDBStorage(StorageEngine):
         """The stored bytes of an entry, verified against their checksum (BookieIOError if not)."""
         db = self._db
         if db is None:
-            self._require_db()
+            db = self._require_db()
         if ledger_id not in self._ledgers:
             raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
         key = entry_key(ledger_id, entry_id)
         try:
-            value = db.get(key)  # type: ignore[union-attr]
+            value = db.get(key)
         except Exception as exc:
             raise BookieIOError(f"reading ledger {ledger_id} entry {entry_id} failed: {exc}") from exc
         if value is None:
@@ -370,13 +376,14 @@ class RocksDBStorage(StorageEngine):
             try:
                 db.flush(True)  # so "before" counts the memtable's bytes too
                 before = _dir_size(self.path)
-                batch = WriteBatch(raw_mode=True)
-                for ledger_id in pending:
-                    if ledger_id not in live:
-                        # entries added while the delete ran would otherwise outlive it
-                        batch.delete_range(*entry_range(ledger_id))
-                    batch.delete(gc_key(ledger_id))
-                db.write(batch, self._write_opts)
+                with self._lock:  # a ledger re-created since the snapshot keeps its new entries
+                    batch = WriteBatch(raw_mode=True)
+                    for ledger_id in pending:
+                        if ledger_id not in self._ledgers:
+                            # entries added while the delete ran would otherwise outlive it
+                            batch.delete_range(*entry_range(ledger_id))
+                        batch.delete(gc_key(ledger_id))
+                    db.write(batch, self._write_opts)
                 compact = CompactOptions()
                 compact.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
                 for first, last in _runs(pending, live):
@@ -405,8 +412,11 @@ class RocksDBStorage(StorageEngine):
             "wal": self.config.wal,
         }
         if db is not None:
-            extra["estimate_live_data_size"] = db.property_int_value("rocksdb.estimate-live-data-size")
-            extra["l0_files"] = db.property_int_value("rocksdb.num-files-at-level0")
+            try:
+                extra["estimate_live_data_size"] = db.property_int_value("rocksdb.estimate-live-data-size")
+                extra["l0_files"] = db.property_int_value("rocksdb.num-files-at-level0")
+            except DbClosedError:  # closed by another thread meanwhile: report without them
+                pass
         with self._lock:
             extra["pending_gc"] = len(self._pending_gc)
             return StorageStats(
@@ -432,7 +442,3 @@ def _runs(pending: Sequence[int], live: Sequence[int]) -> list[tuple[int, int]]:
                 continue
         runs.append((ledger_id, ledger_id))
     return runs
-
-
-# Keep HEADER_SIZE and ENTRY_PREFIX importable from here for tools that read the database raw.
-__all__ += ["ENTRY_PREFIX", "HEADER_SIZE"]

@@ -156,7 +156,7 @@ class ZmqConnection(Connection):
                     while queue and size + len(queue[0]) + 4 <= BATCH_BYTES:
                         size += len(queue[0]) + 4
                         frames.append(queue.popleft())
-                    message = pack(frames)[0]
+                    message = pack(frames)[0][0]
                 send(message, zmq.NOBLOCK)
                 self._queued_bytes -= len(message)
                 message = None

@@ -29,23 +29,23 @@ def max_message_size(max_frame_size: int) -> int:
     return max(max_frame_size, BATCH_BYTES) + HEADER.size
 
 
-def pack(frames: Iterable[bytes]) -> list[bytes]:
-    """Messages carrying ``frames`` in order."""
-    messages: list[bytes] = []
+def pack(frames: Iterable[bytes]) -> list[tuple[bytes, int]]:
+    """Messages carrying ``frames`` in order, each with the number of frames it holds."""
+    messages: list[tuple[bytes, int]] = []
     parts: list[bytes] = []
     size = 0
     header = HEADER.pack
     for frame in frames:
         n = len(frame) + 4
         if parts and size + n > BATCH_BYTES:
-            messages.append(b"".join(parts))
+            messages.append((b"".join(parts), len(parts) // 2))
             parts.clear()
             size = 0
         parts.append(header(len(frame)))
         parts.append(frame)
         size += n
     if parts:
-        messages.append(b"".join(parts))
+        messages.append((b"".join(parts), len(parts) // 2))
     return messages
 
 

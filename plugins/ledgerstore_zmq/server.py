@@ -188,8 +188,13 @@ class ZmqServer(Server):
         self.counters[key] += 1
         log.warning("peer zmq:%s: %s; closing it", identity.hex(), exc)
         batches.pop(identity, None)
-        peer = self.peers.get(identity) or ZmqPeer(self, identity)
-        peer.close()
+        peer = self.peers.get(identity)
+        if peer is not None:
+            peer.close()
+        else:  # the bookie never saw it: just send it away and ignore it from now on
+            with contextlib.suppress(zmq.ZMQError):
+                self.sync.send_multipart([identity, b"", CONTROL_CLOSE], zmq.NOBLOCK)
+            self._forgotten[identity] = None
 
     def _deliver(self, frames: list[bytes] | None, identity: bytes) -> None:
         if not frames or identity in self._forgotten:
@@ -233,16 +238,18 @@ class ZmqServer(Server):
             if peer.gone:
                 counters["dropped_replies"] += len(frames)
                 continue
-            for message in pack(frames):
+            unsent = len(frames)
+            for message, count in pack(frames):
                 try:
                     send(peer.identity, more)
                     send(message, zmq.NOBLOCK)
+                    unsent -= count
                 except zmq.Again:
                     # The peer's pipe is at SNDHWM: it reads slower than it asks. Its requests time out.
-                    counters["dropped_replies"] += len(frames)
+                    counters["dropped_replies"] += unsent
                     break
                 except zmq.ZMQError as exc:
-                    counters["dropped_replies"] += len(frames)
+                    counters["dropped_replies"] += unsent
                     if exc.errno == zmq.EHOSTUNREACH:
                         self.forget(peer, remember=False)
                     else:

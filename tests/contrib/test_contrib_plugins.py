@@ -29,20 +29,28 @@ TEMPLATE_DIST = "ledgerstore-example-plugin"
 TEMPLATE_HOOKS = "example-plugin"
 
 
-def _dist_missing(name: str) -> bool:
+def _missing_distributions() -> list[str]:
     import importlib.metadata
 
-    try:
-        importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    return False
+    missing = []
+    for name in (MEMORY_DIST, TEMPLATE_DIST):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
 
 
-pytestmark = pytest.mark.skipif(
-    _dist_missing(MEMORY_DIST) or _dist_missing(TEMPLATE_DIST),
-    reason="contrib plugins not installed: pip install -e contrib/ledgerstore-memory -e contrib/plugin-template",
-)
+@pytest.fixture(autouse=True)
+def _contrib_installed() -> None:
+    """Fail (not skip) when the contrib distributions are absent: these tests exist to prove the
+    installed plugins work, and scripts/setup.sh installs them."""
+    missing = _missing_distributions()
+    if missing:
+        pytest.fail(
+            f"contrib distributions not installed: {', '.join(missing)}; run "
+            "pip install -e contrib/ledgerstore-memory -e contrib/plugin-template"
+        )
 
 
 def _fresh_memory_uri() -> str:

@@ -15,8 +15,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from rocksdict import Options, Rdict
-
 from ledgerstore.errors import (
     BookieIOError,
     ConfigError,
@@ -28,6 +26,7 @@ from ledgerstore.errors import (
 from ledgerstore_rocksdb import RocksDBStorage
 from ledgerstore_rocksdb.engine import _runs
 from ledgerstore_rocksdb.format import encode_record, entry_key, ledger_key
+from rocksdict import Options, Rdict
 
 MiB = 1024 * 1024
 

@@ -12,12 +12,15 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
-from ledgerstore.errors import BookieUnavailableError, ConfigError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ledgerstore.errors import BookieUnavailableError, ConfigError, FrameTooLargeError, ProtocolError
 from ledgerstore.testing.metadata import run, wait_until
 from ledgerstore.testing.transport import Client, EchoHandler
 from ledgerstore_tcp import TcpTransport
 from ledgerstore_tcp.tls import TlsTcpTransport
 from ledgerstore_zmq import ZmqTransport
+from ledgerstore_zmq.framing import BATCH_BYTES, pack, unpack
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -304,3 +307,49 @@ def test_tls_missing_or_unreadable_files_are_config_errors(tmp_path) -> None:
         TlsTcpTransport(cert_file=str(garbage), key_file=str(garbage))
     with pytest.raises(ConfigError, match="'cert_file' and 'key_file'"):
         run(TlsTcpTransport().serve("tcp+tls://127.0.0.1:0", EchoHandler()))
+
+
+def test_zmq_frame_over_the_limit_inside_a_small_message_closes_only_that_peer() -> None:
+    """libzmq's MAXMSGSIZE admits a full batch, so a small limit is also checked per frame."""
+
+    async def main() -> None:
+        handler = EchoHandler()
+        server = await ZmqTransport(max_frame_size=1024).serve("zmq://127.0.0.1:0", handler)
+        try:
+            bad = await Client().connect(ZmqTransport(), server.address)
+            bad.conn.send(b"y" * 2000)
+            await wait_until(lambda: len(bad.closed) == 1, timeout=10)
+            assert isinstance(bad.closed[0], BookieUnavailableError)
+            assert server.stats()["oversized_frames"] == 1 and handler.frames == 0
+            await _assert_echoes(ZmqTransport(max_frame_size=1024), server.address)
+        finally:
+            await server.close()
+
+    run(main())
+
+
+# --- zmq framing (pure) ---------------------------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 300) | st.integers(BATCH_BYTES - 10, BATCH_BYTES + 10), max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_zmq_packing_round_trips_and_respects_the_batch_size(sizes) -> None:
+    frames = [bytes([i % 256]) * n for i, n in enumerate(sizes)]
+    messages = pack(frames)
+    out: list[bytes] = []
+    for message, count in messages:
+        before = len(out)
+        unpack(message, BATCH_BYTES + 10, out)
+        assert len(out) - before == count
+        assert len(message) <= BATCH_BYTES or count == 1
+    assert out == frames
+
+
+def test_zmq_unpack_rejects_truncated_and_oversized_frames() -> None:
+    (message, _), = pack([b"abc", b"defgh"])
+    with pytest.raises(ProtocolError, match="ends inside a frame"):
+        unpack(message[:-1], 100, [])
+    with pytest.raises(ProtocolError, match="frame header"):
+        unpack(message + b"\x00", 100, [])
+    with pytest.raises(FrameTooLargeError):
+        unpack(message, 4, [])

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from ledgerstore.testing import MetadataStoreConformance
-
 from ledgerstore_memory import MemoryMetadataStore, drop_namespace
 
 

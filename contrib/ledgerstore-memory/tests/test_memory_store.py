@@ -14,7 +14,6 @@ import pytest
 from ledgerstore.api import NOT_EXISTS, EventType, Notification
 from ledgerstore.errors import BadVersionError, ConfigError, InvalidArgumentError, MetadataError
 from ledgerstore.testing.metadata import wait_until
-
 from ledgerstore_memory import MemoryMetadataStore, drop_namespace, namespace_names
 
 T = TypeVar("T")

@@ -8,10 +8,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import ledgerstore_example_plugin.hooks as example_hooks
 import pytest
 from ledgerstore.plugins import hooks
-
-import ledgerstore_example_plugin.hooks as example_hooks
 
 
 def test_hooks_module_is_registered_by_its_entry_point() -> None:

@@ -14,7 +14,6 @@ from ledgerstore.errors import ConfigError
 from ledgerstore.plugins import installed, load_driver
 from ledgerstore.testing import PlacementPolicyConformance
 from ledgerstore.testing.placement import make_bookies
-
 from ledgerstore_example_plugin import RoundRobinPlacement
 
 

@@ -13,7 +13,14 @@ histogram, throughput per second. Use from a script::
 """
 
 from ledgerstore.bench.latency import LatencyRecorder
-from ledgerstore.bench.workload import ReadOptions, ReadResult, WriteOptions, WriteResult, run_reads, run_writes
+from ledgerstore.bench.workload import (
+    ReadOptions,
+    ReadResult,
+    WriteOptions,
+    WriteResult,
+    run_reads,
+    run_writes,
+)
 
 __all__ = [
     "LatencyRecorder",

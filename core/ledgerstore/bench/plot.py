@@ -39,12 +39,14 @@ def plot_result(result: Any, path: str | Path, title: str) -> Path:
 
     if dist:
         # x = 1 / (1 - p): each decade is one more nine, so the tail gets its own room
-        xs = [1.0 / max(1e-7, 1.0 - p / 100.0) for p, _ in dist]
+        # the 100th percentile would sit at infinity: put it one step past the histogram's resolution
+        cap = max(2.0, float(result.latency.count))
+        xs = [min(cap, 1.0 / max(1e-9, 1.0 - p / 100.0)) for p, _ in dist]
         ys = [ms for _, ms in dist]
         ax2.plot(xs, ys, color="#4878a8")
         ax2.set_xscale("log")
-        ticks = [t for t in (1, 2, 10, 100, 1000, 10_000, 100_000) if t <= max(xs) * 1.01]
-        labels = {1: "0%", 2: "50%", 10: "90%", 100: "99%", 1000: "99.9%", 10_000: "99.99%", 100_000: "99.999%"}
+        ticks = [t for t in (2, 10, 100, 1000, 10_000, 100_000) if t <= max(xs) * 1.01]
+        labels = {2: "50%", 10: "90%", 100: "99%", 1000: "99.9%", 10_000: "99.99%", 100_000: "99.999%"}
         ax2.set_xticks(ticks, [labels[t] for t in ticks])
     ax2.set_xlabel("percentile")
     ax2.set_ylabel("milliseconds")

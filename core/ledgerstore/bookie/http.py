@@ -236,7 +236,7 @@ class AdminHttpServer:
             while keep_alive:
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT_S)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return  # the client went away or idled out between requests
                 except asyncio.LimitOverrunError:
                     await self._send(writer, Response.error(431, f"request head larger than {MAX_HEAD_BYTES} bytes"), False)
@@ -247,7 +247,7 @@ class AdminHttpServer:
                 except HttpError as exc:
                     await self._send(writer, Response.error(exc.status, exc.message), False)
                     return
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 response = await self._dispatch(method, target, headers, body)
                 await self._send(writer, response, keep_alive, head_only=method == "HEAD")

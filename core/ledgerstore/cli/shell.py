@@ -6,6 +6,7 @@ import base64
 import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -273,3 +274,220 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
         emit({"nuked_instance_id": nuked}, True)
     else:
         console.print(f"cluster {nuked} nuked")
+
+
+# --- bookie-local storage tools (run against a bookie's directories, normally while it is stopped) ---------
+
+
+def _open_local(config_path: str) -> tuple[Any, Any]:
+    from ledgerstore.config import load_bookie_config
+    from ledgerstore.plugins import load_driver
+
+    cfg = load_bookie_config(config_path)
+    engine = load_driver("storage", cfg.storage)([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)
+    engine.open()
+    return cfg, engine
+
+
+config_option = click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True), required=True,
+                             help="the bookie's TOML config")
+
+
+@shell.command()
+@config_option
+@json_option
+@handle_errors
+def localconsistencycheck(bookie_config: str, as_json: bool) -> None:
+    """Check that every entry the storage engine indexes is readable and checksum-valid."""
+    from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError
+    from ledgerstore.proto.digest import parse_entry_header
+
+    _, engine = _open_local(bookie_config)
+    problems: list[str] = []
+    checked = 0
+    try:
+        ledgers = list(engine.list_ledgers())
+        with Progress(console=console, transient=True, disable=as_json) as progress:
+            task = progress.add_task("checking ledgers", total=len(ledgers))
+            for lid in ledgers:
+                last = engine.last_entry_id(lid)
+                for eid in range(last + 1):
+                    try:
+                        data = engine.get_entry(lid, eid)
+                    except NoSuchEntryError:
+                        continue  # striping: this bookie holds only its write sets' entries
+                    except (BookieIOError, OSError) as exc:
+                        problems.append(f"ledger {lid} entry {eid}: {exc}")
+                        continue
+                    checked += 1
+                    try:
+                        hl, he, _ = parse_entry_header(data)
+                    except LedgerStoreError as exc:
+                        problems.append(f"ledger {lid} entry {eid}: {exc}")
+                        continue
+                    if (hl, he) != (lid, eid):
+                        problems.append(f"ledger {lid} entry {eid}: stored entry says ledger {hl} entry {he}")
+                progress.advance(task)
+    finally:
+        engine.close()
+    result = {"ledgers": len(ledgers), "entries_checked": checked, "problems": problems, "ok": not problems}
+    if as_json:
+        emit(result, True)
+    else:
+        console.print(f"{'[green]consistent[/green]' if not problems else '[red]INCONSISTENT[/red]'}: "
+                      f"{checked} entries in {len(ledgers)} ledgers checked, {len(problems)} problems")
+        for p in problems[:50]:
+            console.print(f"  {p}")
+    if problems:
+        raise SystemExit(1)
+
+
+@shell.command()
+@config_option
+@json_option
+@handle_errors
+def lastmark(bookie_config: str, as_json: bool) -> None:
+    """Print the journal's LastLogMark (up to where the storage engine holds everything)."""
+    from ledgerstore.bookie.journal import read_mark
+    from ledgerstore.config import load_bookie_config
+
+    cfg = load_bookie_config(bookie_config)
+    mark = read_mark(Path(cfg.journal_dir))
+    emit({"journal_file_id": mark.file_id, "offset": mark.offset}, as_json, title="LastLogMark")
+
+
+@shell.command()
+@config_option
+@json_option
+@handle_errors
+def listfilesondisc(bookie_config: str, as_json: bool) -> None:
+    """List the journal and ledger-storage files of a bookie."""
+    from ledgerstore.config import load_bookie_config
+
+    cfg = load_bookie_config(bookie_config)
+    rows = []
+    for kind, root in [("journal", cfg.journal_dir), *(("ledgers", d) for d in cfg.ledger_dirs)]:
+        for p in sorted(Path(root).rglob("*")):
+            if p.is_file():
+                rows.append({"kind": kind, "path": str(p), "bytes": p.stat().st_size})
+    emit(rows, as_json, ["kind", "path", "bytes"], title=f"{len(rows)} files")
+
+
+@shell.command()
+@config_option
+@click.option("--limit", default=0, help="print at most this many records (0: all)")
+@json_option
+@handle_errors
+def readjournal(bookie_config: str, limit: int, as_json: bool) -> None:
+    """Print the records of every journal file (type, ledger, entry, size, position)."""
+    from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, journal_files, scan_file
+    from ledgerstore.config import load_bookie_config
+
+    cfg = load_bookie_config(bookie_config)
+    names = {ADD: "ADD", FENCE: "FENCE", MASTER_KEY: "MASTER_KEY"}
+    rows = []
+    for _, path in journal_files(Path(cfg.journal_dir)):
+        for rec in scan_file(path):
+            rows.append({"file": path.name, "type": names.get(rec.type, str(rec.type)), "ledger_id": rec.ledger_id,
+                         "entry_id": rec.entry_id, "bytes": len(rec.data), "end_offset": rec.mark.offset})
+            if limit and len(rows) >= limit:
+                break
+        if limit and len(rows) >= limit:
+            break
+    emit(rows, as_json, ["file", "type", "ledger_id", "entry_id", "bytes", "end_offset"], title=f"{len(rows)} journal records")
+
+
+@shell.command()
+@config_option
+@click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")
+@click.option("--delete-cookie", is_flag=True, help="also delete the bookie's cookie from the cluster metadata")
+@json_option
+@handle_errors
+def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: bool) -> None:
+    """Erase a (stopped) bookie's journal and ledger directories so it can join afresh."""
+    import shutil
+
+    from ledgerstore.api.transport import split_address
+    from ledgerstore.config import load_bookie_config
+
+    cfg = load_bookie_config(bookie_config)
+    dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
+    if not force and not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
+        raise click.Abort()
+    for d in dirs:
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    if delete_cookie:
+        from ledgerstore.meta.bookies import CookieManager
+        from ledgerstore.plugins import create_metadata_store
+
+        _, host, port = split_address(cfg.advertised_address or cfg.listen)
+
+        async def go() -> None:
+            store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
+            await store.start()
+            try:
+                await CookieManager(store).delete(f"{host}:{port}")
+            finally:
+                await store.close()
+
+        run_async(go())
+    emit({"formatted": [str(d) for d in dirs], "cookie_deleted": delete_cookie}, as_json, title="bookieformat")
+
+
+@shell.command("gc")
+@click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True),
+              help="a STOPPED bookie's config: collect offline")
+@click.option("--http", "http_address", help="a RUNNING bookie's admin HTTP address host:port: ask it to collect")
+@click.option("--major", is_flag=True, help="also run major compaction")
+@json_option
+@handle_errors
+def gc_command(bookie_config: str | None, http_address: str | None, major: bool, as_json: bool) -> None:
+    """Garbage-collect deleted ledgers now and report what was reclaimed."""
+    import json
+    import urllib.request
+
+    if http_address:
+        req = urllib.request.Request(f"http://{http_address}/api/v1/bookie/gc?{'major=true' if major else 'minor=true'}",
+                                     method="PUT")
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            result = json.loads(resp.read())
+    elif bookie_config:
+        from ledgerstore.meta.ledgers import LedgerManager
+        from ledgerstore.plugins import create_metadata_store
+
+        cfg, engine = _open_local(bookie_config)
+        try:
+            async def orphans() -> list[int]:
+                store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
+                await store.start()
+                try:
+                    mgr = LedgerManager(store)
+                    known = {lid async for lid in mgr.list()}
+                finally:
+                    await store.close()
+                return [lid for lid in engine.list_ledgers() if lid not in known]
+
+            before = engine.stats().bytes_on_disk
+            deleted = run_async(orphans())
+            for lid in deleted:
+                engine.delete_ledger(lid)
+            engine.flush()
+            after = engine.gc()
+            compact = getattr(engine, "compact", None)
+            if compact is not None:
+                after = compact(cfg.major_compaction_threshold if major else cfg.minor_compaction_threshold)
+            result = {"deleted_ledgers": deleted, "bytes_on_disk_before": before,
+                      "bytes_on_disk_after": after.bytes_on_disk,
+                      "reclaimed_bytes": max(0, before - after.bytes_on_disk)}
+        finally:
+            engine.close()
+    else:
+        raise click.UsageError("give --http HOST:PORT of a running bookie or --config of a stopped one")
+    if as_json:
+        emit(result, True)
+    else:
+        console.print(f"gc: {len(result['deleted_ledgers'])} ledgers deleted, "
+                      f"{result['reclaimed_bytes']:,} bytes reclaimed ({result['bytes_on_disk_before']:,} -> "
+                      f"{result['bytes_on_disk_after']:,})")

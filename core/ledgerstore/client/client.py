@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Sequence
@@ -137,6 +138,7 @@ class Client:
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,
             password_check=password_check(password), ensembles=[(0, chosen)], custom=dict(custom_metadata or {}),
+            password=base64.b64encode(password).decode() if self.config.store_password_in_metadata else None,
         )
         md = await self.ledgers.create(md)
         notify("ledgerstore_ledger_created", ledger_id=lid, metadata=md)

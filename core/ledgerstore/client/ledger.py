@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from ledgerstore.errors import (
@@ -258,6 +258,8 @@ class LedgerHandle(ReadHandle):
         self._space = asyncio.Event()
         self._space.set()
         self._ensemble_task: asyncio.Task[None] | None = None
+        #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
+        self.ack_observer: Callable[[int, str], None] | None = None
 
     # --- adding --------------------------------------------------------------------------------
 
@@ -320,6 +322,8 @@ class LedgerHandle(ReadHandle):
             return  # a late answer for an entry already acknowledged, or from a replaced bookie
         if resp is not None and resp.status == Status.OK:
             pa.acked.add(idx)
+            if self.ack_observer is not None:
+                self.ack_observer(pa.entry_id, bid)
             if len(pa.acked) >= self.md.ack_quorum:
                 self._complete()
             return

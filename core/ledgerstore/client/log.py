@@ -105,6 +105,7 @@ class LogWriter:
         self._last: Position | None = None
         self._logs = LogManager(client.store)  # type: ignore[arg-type]
         self._roll_failure: LedgerStoreError | None = None
+        self._newest: asyncio.Future[Position] | None = None
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class LogWriter:
             return outer
         seg = self._seg
         inner = seg.lh.append_async(payload)
+        self._newest = outer
         seg.outstanding += 1
         seg.bytes += len(payload)
         inner.add_done_callback(functools.partial(self._on_added, seg, outer))
@@ -153,6 +155,19 @@ class LogWriter:
     async def append(self, payload: bytes) -> Position:
         """Add one entry and wait for its acknowledgement; returns its position."""
         return await self.append_async(payload)
+
+    async def flush(self) -> None:
+        """Wait until every add made so far is resolved and any roll in progress has finished
+        (the previous ledger closed). Errors are not raised here: they belong to the adds."""
+        while True:
+            if self._newest is not None and not self._newest.done():
+                await asyncio.wait([self._newest])
+            elif self._roll_task is not None:
+                await asyncio.wait([self._roll_task])
+            elif self._closers:
+                await asyncio.wait(list(self._closers))
+            else:
+                return
 
     def _roll_due(self, seg: _Segment) -> bool:
         if self._roll_size is not None and seg.bytes >= self._roll_size:
@@ -239,6 +254,10 @@ class LogWriter:
             self._roll_task = None
 
     async def _do_roll(self) -> None:
+        if self._closers:
+            # the previous roll's ledger must be closed before another joins the list, so at most
+            # two ledgers of the log (the newest two) are ever open at once
+            await asyncio.wait(list(self._closers))
         old = self._seg
         s = self._settings
         try:

@@ -46,6 +46,9 @@ class LedgerMetadata:
     ctime_ms: int = dataclasses.field(default_factory=lambda: int(time.time() * 1000))
     custom: dict[str, str] = dataclasses.field(default_factory=dict)
     version: int | None = None
+    #: the ledger password (base64), stored so auto-recovery can fence and re-replicate the
+    #: ledger (as BookKeeper stores it); ``None`` when the creator chose not to store it
+    password: str | None = None
 
     @property
     def is_closed(self) -> bool:
@@ -95,6 +98,8 @@ class LedgerMetadata:
             "ensembles": [[f, list(b)] for f, b in self.ensembles],
             "custom": self.custom,
         }
+        if self.password is not None:
+            d["password"] = self.password
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -117,6 +122,7 @@ class LedgerMetadata:
                 ensembles=[(int(f), [str(x) for x in b]) for f, b in d["ensembles"]],
                 custom={str(k): str(v) for k, v in d.get("custom", {}).items()},
                 version=version,
+                password=None if d.get("password") is None else str(d["password"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MetadataError(f"corrupt ledger metadata: {exc}") from exc
@@ -124,6 +130,8 @@ class LedgerMetadata:
     def to_dict(self) -> dict[str, object]:
         d = json.loads(self.to_bytes())
         d["version"] = self.version
+        if "password" in d:
+            d["password"] = "(stored)"  # printed metadata must not reveal it
         return d
 
 

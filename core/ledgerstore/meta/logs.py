@@ -31,6 +31,7 @@ from ledgerstore.meta import layout
 FORMAT_VERSION = 1
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._\-]{0,199}")
+_POSITION = re.compile(r"([0-9]+):([0-9]+)")
 
 
 class Position(NamedTuple):
@@ -48,11 +49,11 @@ class Position(NamedTuple):
         """Read ``"ledger:entry"`` (two non-negative decimal integers)."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"a log position is a 'ledger:entry' string, not {type(text).__name__}")
-        ledger, sep, entry = text.strip().partition(":")
-        if not sep or not ledger.isdigit() or not entry.isdigit():
+        m = _POSITION.fullmatch(text.strip())
+        if m is None:
             raise InvalidArgumentError(
                 f"bad log position {text!r}: expected 'ledger:entry' with two non-negative integers, e.g. '17:0'")
-        return cls(int(ledger), int(entry))
+        return cls(int(m.group(1)), int(m.group(2)))
 
     @classmethod
     def coerce(cls, value: Position | tuple[int, int] | str) -> Position:

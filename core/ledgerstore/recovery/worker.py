@@ -1,0 +1,406 @@
+"""Replication workers: take an under-replicated ledger's marker and move every fragment off its
+missing bookies.
+
+For each fragment whose ensemble holds a missing bookie, a worker chooses a replacement with the
+client's placement policy (writable, not in that fragment's ensemble), copies exactly the
+fragment's entries whose write set includes the missing bookie's index (read from a surviving
+replica, digest verified, written as-is with a recovery add), throttled, and then swaps the
+bookie in that fragment by compare-and-set on the ledger metadata (re-reading and redoing the
+swap on a version conflict). Fragments other than the last one of an open ledger are immutable
+and are copied at once. The last fragment of an open ledger is left to its writer (who replaces
+a failed bookie by an ensemble change) for the grace period; after that the worker writes the
+replacement into it, fences and closes the ledger by recovery, and copies it. That swap is
+recorded in the marker first, so a worker killed half-way leaves enough behind for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ledgerstore.config import AutoRecoveryConfig
+from ledgerstore.errors import (
+    BadVersionError,
+    DigestMismatchError,
+    LedgerStoreError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    error_for_status,
+)
+from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
+from ledgerstore.plugins import notify
+from ledgerstore.proto import codec
+from ledgerstore.proto.codec import FLAG_RECOVERY_ADD, Status
+from ledgerstore.proto.digest import DigestManager, master_key
+from ledgerstore.recovery.markers import MARKERS, Marker, PendingSwap, ReplicationError, UnderReplicationManager
+
+if TYPE_CHECKING:
+    from ledgerstore.client.client import Client
+
+log = logging.getLogger(__name__)
+
+#: entries of one fragment in flight at once
+COPY_WINDOW = 64
+
+
+class Throttle:
+    """At most ``rate`` acquisitions per second (0 = unlimited), shared by a worker's copies."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._next = 0.0
+
+    async def acquire(self) -> None:
+        if self.rate <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        at = max(now, self._next)
+        self._next = at + 1.0 / self.rate
+        if at > now:
+            await asyncio.sleep(at - now)
+
+
+class _TargetFailed(ReplicationError):
+    """The replacement bookie refused or failed a copy: choose another."""
+
+
+class _Deferred(Exception):
+    """An open ledger's last fragment is still within its grace period."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__(until)
+        self.until = until
+
+
+class ReplicationWorker:
+    """Claims markers and re-replicates their ledgers until stopped (``await run()``).
+
+    ``only`` restricts the worker to markers naming one of those bookies (the shell's recover).
+    """
+
+    def __init__(self, client: Client, settings: AutoRecoveryConfig, worker_id: str,
+                 only: set[str] | None = None) -> None:
+        self.client = client
+        self.settings = settings
+        self.worker_id = worker_id
+        self.only = only
+        self.markers = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+        self.throttle = Throttle(settings.rereplication_entries_per_s)
+        self._busy_until: dict[int, float] = {}
+        self._wake = asyncio.Event()
+        self.stats = {"ledgers": 0, "fragments": 0, "entries": 0, "bytes": 0, "failures": 0}
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        store = self.client.store
+        assert store is not None
+        sub = await store.watch(MARKERS, lambda _n: self._wake.set())
+        active: dict[int, asyncio.Task[None]] = {}
+        try:
+            while True:
+                try:
+                    if await self.markers.is_enabled():
+                        await self._claim_some(active)
+                except LedgerStoreError as exc:
+                    log.warning("replication worker %s: %s", self.worker_id, exc)
+                waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._wake.wait()), *active.values()}
+                try:
+                    await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        if w not in active.values():
+                            w.cancel()
+                self._wake.clear()
+                for lid, t in list(active.items()):
+                    if t.done():
+                        del active[lid]
+                await asyncio.sleep(0.05)  # coalesce bursts of marker notifications
+        finally:
+            sub.cancel()
+            for t in active.values():
+                t.cancel()
+            for t in active.values():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _claim_some(self, active: dict[int, asyncio.Task[None]]) -> None:
+        ids = await self.markers.ledger_ids()
+        random.shuffle(ids)  # workers spread over the markers instead of all racing for the first
+        accept = None if self.only is None else (lambda m: bool(set(m.missing) & self.only))  # type: ignore[operator]
+        for lid in ids:
+            if len(active) >= self.settings.parallel_ledgers:
+                return
+            if lid in active or self._busy_until.get(lid, 0.0) > time.time():
+                continue
+            m, busy_until = await self.markers.claim(lid, self.worker_id, self.settings.lease_s, accept)
+            if m is None:
+                self._busy_until[lid] = busy_until
+                continue
+            active[lid] = asyncio.get_running_loop().create_task(self._handle(m), name=f"rereplicate-{lid}")
+
+    async def _handle(self, m: Marker) -> None:
+        lock = asyncio.Lock()
+        renewer = asyncio.get_running_loop().create_task(self._renew(m, lock))
+        try:
+            if await self.process(m, lock):
+                self.stats["ledgers"] += 1
+        except _Deferred as d:
+            renewer.cancel()
+            async with lock:
+                await self.markers.release(m, self.worker_id, "open ledger: waiting for its grace period", d.until)
+        except LedgerStoreError as exc:
+            self.stats["failures"] += 1
+            log.warning("re-replication of ledger %d failed (will retry): %s", m.ledger_id, exc)
+            renewer.cancel()
+            async with lock:
+                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", time.time() + 2.0)
+        except Exception as exc:  # a bug must not leave the marker claimed until its lease lapses
+            log.exception("re-replication of ledger %d failed unexpectedly", m.ledger_id)
+            renewer.cancel()
+            async with lock:
+                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", time.time() + 10.0)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
+
+    async def _renew(self, m: Marker, lock: asyncio.Lock) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_s / 3)
+            async with lock:
+                await self.markers.update(m, self.worker_id, self.settings.lease_s)
+
+    # --- one ledger -------------------------------------------------------------------------------
+
+    async def process(self, m: Marker, lock: asyncio.Lock | None = None) -> bool:
+        """Re-replicate ``m``'s ledger and delete the marker. True when the marker is gone."""
+        lock = lock or asyncio.Lock()
+        client = self.client
+        while True:
+            try:
+                md = await client.ledgers.read(m.ledger_id)
+            except NoSuchLedgerError:
+                await self.markers.remove(m.ledger_id)
+                return True
+            for p in list(m.pending):
+                md = await self._finish_pending(md, p)
+                async with lock:
+                    m.pending.remove(p)
+                    await self.markers.update(m, self.worker_id, self.settings.lease_s)
+            todo = await self._still_missing(set(m.missing)) & md.bookies()
+            if not todo:
+                async with lock:
+                    if await self.markers.complete(m):
+                        return True
+                    fresh = await self.markers.get(m.ledger_id)
+                    if fresh is None:
+                        return True
+                    if fresh.owner != self.worker_id:
+                        raise ReplicationError(f"lost the claim on ledger {m.ledger_id}'s marker")
+                    m.missing, m.version, m.pending = fresh.missing, fresh.version, fresh.pending
+                continue  # an auditor added bookies meanwhile
+            password = self._password(md)
+            open_last: tuple[int, list[int]] | None = None
+            for fi, (first, last, ensemble) in enumerate(md.fragment_ranges()):
+                idxs = [i for i, b in enumerate(ensemble) if b in todo]
+                if not idxs:
+                    continue
+                if fi == len(md.ensembles) - 1 and not md.is_closed:
+                    open_last = (first, idxs)
+                    continue
+                for i in idxs:
+                    await self._replace(md, password, first, last, ensemble, i, todo)
+            if open_last is not None:
+                until = m.since + self.settings.open_ledger_rereplication_grace_s
+                if time.time() < until:
+                    # the writer may still replace the bookie itself by an ensemble change
+                    fresh_md = await client.ledgers.read(m.ledger_id)
+                    if set(fresh_md.current_ensemble) & todo and not fresh_md.is_closed:
+                        raise _Deferred(until)
+                    continue
+                await self._recover_open(m, lock, md, password, open_last[0], open_last[1], todo)
+
+    async def _still_missing(self, missing: set[str]) -> set[str]:
+        """Missing bookies that really are: one that came back (and is not being decommissioned)
+        holds its data again and needs nothing."""
+        registered = {b.bookie_id for b in await self.client.bookie_infos(max_age=0)}
+        decommissioning = await self.markers.decommissioning()
+        return {b for b in missing if b not in registered or b in decommissioning}
+
+    @staticmethod
+    def _password(md: LedgerMetadata) -> bytes:
+        if md.password is None:
+            raise ReplicationError(
+                f"ledger {md.ledger_id} has no password in its metadata (created with "
+                "store_password_in_metadata = false), so it cannot be re-replicated automatically")
+        return base64.b64decode(md.password)
+
+    async def _choose(self, md: LedgerMetadata, ensemble: list[str], index: int, exclude: set[str]) -> str:
+        bookies = await self.client.bookie_infos(max_age=0)
+        decommissioning = await self.markers.decommissioning()
+        try:
+            return self.client.placement.replace_bookie(
+                ensemble, md.write_quorum, md.ack_quorum, index, bookies, exclude=frozenset(exclude | decommissioning))
+        except NotEnoughBookiesError as exc:
+            raise ReplicationError(f"no replacement for {ensemble[index]} in ledger {md.ledger_id}: {exc}") from exc
+
+    async def _replace(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
+                       index: int, missing: set[str]) -> None:
+        """Copy a closed fragment's share of ``ensemble[index]`` to a replacement, then swap it in."""
+        exclude = set(missing)
+        for _ in range(3):
+            target = await self._choose(md, ensemble, index, exclude)
+            try:
+                await self.copy(md, password, first, last, ensemble, index, target, missing)
+            except _TargetFailed as exc:
+                log.warning("ledger %d: replacement %s failed (%s); choosing another", md.ledger_id, target, exc)
+                exclude.add(target)
+                continue
+            await self._swap(md.ledger_id, first, index, ensemble[index], target)
+            self.stats["fragments"] += 1
+            return
+        raise ReplicationError(f"ledger {md.ledger_id}: every replacement tried for {ensemble[index]} failed")
+
+    async def _swap(self, ledger_id: int, first: int, index: int, old: str, new: str,
+                    state: LedgerState | None = None) -> LedgerMetadata | None:
+        """Put ``new`` in place of ``old`` in the fragment starting at ``first`` by CAS (and set
+        ``state`` if given). None when that fragment no longer holds ``old`` there."""
+        mgr = self.client.ledgers
+        while True:
+            md = await mgr.read(ledger_id)
+            k = next((k for k, (f, _) in enumerate(md.ensembles) if f == first), None)
+            if k is None or md.ensembles[k][1][index] != old:
+                return None
+            bookies = list(md.ensembles[k][1])
+            bookies[index] = new
+            ensembles = list(md.ensembles)
+            ensembles[k] = (first, bookies)
+            changes: dict[str, Any] = {"ensembles": ensembles}
+            if state is not None:
+                if md.state is LedgerState.CLOSED or k != len(md.ensembles) - 1:
+                    return None  # closed or given a new fragment meanwhile: the caller re-plans
+                changes["state"] = state
+            try:
+                md = await mgr.write(LedgerMetadata(**{**md.__dict__, **changes}))
+            except BadVersionError:
+                continue
+            log.info("ledger %d: fragment at entry %d: %s replaced by %s", ledger_id, first, old, new)
+            notify("ledgerstore_ensemble_changed", ledger_id=ledger_id, first_entry_id=first,
+                   old=md.ensembles[k][1][:index] + [old] + md.ensembles[k][1][index + 1:], new=bookies)
+            return md
+
+    async def _recover_open(self, m: Marker, lock: asyncio.Lock, md: LedgerMetadata, password: bytes,
+                            first: int, idxs: list[int], missing: set[str]) -> None:
+        """Past the grace period: put replacements into the open ledger's last fragment (noted in
+        the marker first), fence and close it by recovery, then copy what the replacements lack."""
+        md = await self.client.ledgers.read(md.ledger_id)
+        if md.is_closed or md.ensembles[-1][0] != first:
+            return  # closed or moved on by its writer meanwhile: the caller re-plans
+        ensemble = list(md.ensembles[-1][1])
+        idxs = [i for i, b in enumerate(ensemble) if b in missing]
+        chosen: set[str] = set()
+        pending = []
+        for i in idxs:
+            target = await self._choose(md, ensemble, i, set(missing) | chosen)
+            chosen.add(target)
+            pending.append(PendingSwap(first, i, ensemble[i], target))
+        async with lock:
+            m.pending.extend(pending)
+            await self.markers.update(m, self.worker_id, self.settings.lease_s)
+        for p in pending:
+            # the first swap also moves the ledger to IN_RECOVERY so its writer stops changing it
+            await self._swap(md.ledger_id, p.first, p.index, p.old, p.new, state=LedgerState.IN_RECOVERY)
+        for p in pending:
+            fresh = await self.client.ledgers.read(md.ledger_id)
+            await self._finish_pending(fresh, p)
+            async with lock:
+                m.pending.remove(p)
+                await self.markers.update(m, self.worker_id, self.settings.lease_s)
+
+    async def _finish_pending(self, md: LedgerMetadata, p: PendingSwap) -> LedgerMetadata:
+        """Complete a recorded swap: recover (close) the ledger if still open, then copy the
+        fragment's share of the replaced index into the replacement."""
+        k = next((k for k, (f, _) in enumerate(md.ensembles) if f == p.first), None)
+        if k is None or md.ensembles[k][1][p.index] != p.new:
+            return md  # the swap never happened (or was undone): nothing recorded to finish
+        password = self._password(md)
+        if not md.is_closed:
+            from ledgerstore.client.ledger import recover
+
+            md = await recover(self.client, md, password)
+        first, last, ensemble = md.fragment_ranges()[k]
+        await self.copy(md, password, first, last, ensemble, p.index, p.new, {p.old}, extra_sources=[p.old])
+        self.stats["fragments"] += 1
+        return md
+
+    # --- copying ----------------------------------------------------------------------------------
+
+    async def copy(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
+                   index: int, target: str, missing: set[str], extra_sources: Iterable[str] = ()) -> int:
+        """Copy entries ``first..last`` whose write set includes ``index`` to ``target``, reading
+        each from another bookie of its write set (missing ones last). Returns entries copied."""
+        entries = [e for e in range(first, last + 1) if index in md.write_set(e)]
+        if not entries:
+            return 0
+        digest = DigestManager(md.ledger_id, md.digest_type, password)
+        key = master_key(password)
+        timeout = self.client.config.add_timeout_s
+        pool = self.client.pool
+        extra = [b for b in extra_sources if b != target]
+        sem = asyncio.Semaphore(COPY_WINDOW)
+
+        async def one(eid: int) -> None:
+            async with sem:
+                await self.throttle.acquire()
+                ws = md.write_set(eid)
+                sources = [ensemble[i] for i in ws if i != index and ensemble[i] not in missing]
+                sources += [ensemble[i] for i in ws if i != index and ensemble[i] in missing]
+                sources += [ensemble[index]] + extra if ensemble[index] != target else extra
+                data = await self._read_replica(md, eid, sources, digest)
+                try:
+                    resp = await pool.get(target).request(
+                        lambda rid: codec.encode_add(rid, md.ledger_id, eid, key, data, FLAG_RECOVERY_ADD), timeout)
+                except LedgerStoreError as exc:
+                    raise _TargetFailed(f"{target}: {exc}") from exc
+                if resp.status != Status.OK:
+                    raise _TargetFailed(str(error_for_status(resp.status, f"{target} answered {Status(resp.status).name}")))
+                self.stats["entries"] += 1
+                self.stats["bytes"] += len(data)
+
+        for at in range(0, len(entries), 4096):  # bounded memory for long fragments
+            tasks = [asyncio.ensure_future(one(e)) for e in entries[at:at + 4096]]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+        return len(entries)
+
+    async def _read_replica(self, md: LedgerMetadata, eid: int, sources: list[str], digest: DigestManager) -> bytes:
+        timeout = self.client.config.read_timeout_s
+        seen: list[str] = []
+        for bid in dict.fromkeys(sources):
+            try:
+                resp = await self.client.pool.get(bid).request(
+                    lambda rid: codec.encode_read(rid, md.ledger_id, eid), timeout)
+            except LedgerStoreError as exc:
+                seen.append(f"{bid}: {exc}")
+                continue
+            if resp.status != Status.OK:
+                seen.append(f"{bid}: {Status(resp.status).name}")
+                continue
+            try:
+                digest.verify(resp.entry, eid)
+            except DigestMismatchError as exc:
+                seen.append(f"{bid}: {exc}")
+                continue
+            return resp.entry
+        raise ReplicationError(f"no readable replica of entry {eid} of ledger {md.ledger_id}: {'; '.join(seen)}")

@@ -1,0 +1,368 @@
+"""The bookie's admin HTTP server against real bookie processes: health, Prometheus metrics, the
+BookKeeper-style admin API, read-only toggling, forced GC, and robustness to malformed requests."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ledgerstore.aio import Client
+from ledgerstore.cluster import LocalCluster, free_ports
+from ledgerstore.proto import codec
+from ledgerstore.proto.codec import Status
+from ledgerstore.proto.digest import DigestManager, master_key
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+class HttpCluster:
+    """Three bookie processes, each with its admin HTTP server on its own free port."""
+
+    def __init__(self, cluster: LocalCluster, http_ports: list[int]) -> None:
+        self.cluster = cluster
+        self.http_ports = http_ports
+
+    @property
+    def metadata(self) -> str:
+        return self.cluster.metadata
+
+    def request(self, i: int, method: str, path: str, body: bytes | None = None) -> tuple[int, str, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_ports[i], timeout=60)
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+            resp = conn.getresponse()
+            return resp.status, resp.getheader("Content-Type") or "", resp.read()
+        finally:
+            conn.close()
+
+    def get_json(self, i: int, path: str, expect: int = 200) -> object:
+        status, ctype, body = self.request(i, "GET", path)
+        assert status == expect, (path, status, body)
+        assert ctype.startswith("application/json"), ctype
+        return json.loads(body)
+
+    def put_json(self, i: int, path: str, data: object | None = None, expect: int = 200) -> object:
+        status, _, body = self.request(i, "PUT", path, json.dumps(data).encode() if data is not None else None)
+        assert status == expect, (path, status, body)
+        return json.loads(body)
+
+    def metrics(self, i: int) -> dict[str, float]:
+        """Every sample of ``/metrics`` keyed by name plus sorted labels."""
+        status, ctype, body = self.request(i, "GET", "/metrics")
+        assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
+        out = {}
+        for family in text_string_to_metric_families(body.decode()):
+            for s in family.samples:
+                key = s.name + "".join(f"|{k}={v}" for k, v in sorted(s.labels.items()))
+                out[key] = s.value
+        return out
+
+
+@pytest.fixture(scope="module")
+def hc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("http-cluster"), bookies=3, port_base=None)
+    cluster.data_dir.mkdir(parents=True, exist_ok=True)
+    cluster.write_configs()
+    ports = free_ports(3)
+    for i, port in enumerate(ports):  # each bookie needs its own admin port: append to its own file
+        with open(cluster.config_path(i), "a") as fh:
+            fh.write(f"http_port = {port}\n")
+    cluster.start()
+    try:
+        # a bookie registers just before its admin server listens: wait for the ports too
+        deadline = time.monotonic() + 30
+        for port in ports:
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        yield HttpCluster(cluster, ports)
+    finally:
+        cluster.stop()
+
+
+def test_heartbeat_answers_ok(hc: HttpCluster) -> None:
+    for i in range(3):
+        status, ctype, body = hc.request(i, "GET", "/heartbeat")
+        assert (status, body) == (200, b"OK\n") and ctype.startswith("text/plain")
+
+
+def test_metrics_parse_and_move_when_entries_are_written(hc: HttpCluster) -> None:
+    before = hc.metrics(0)
+    for name in ("ledgerstore_bookie_disk_free_bytes", "ledgerstore_bookie_disk_total_bytes",
+                 "ledgerstore_bookie_read_only", "ledgerstore_bookie_ledgers", "ledgerstore_storage_disk_bytes",
+                 "ledgerstore_journal_fsync_seconds_count", "process_resident_memory_bytes"):
+        assert name in before, name
+    assert before["ledgerstore_bookie_read_only"] == 0
+    assert before["ledgerstore_bookie_disk_total_bytes"] > before["ledgerstore_bookie_disk_free_bytes"] > 0
+
+    async def write() -> int:
+        async with Client(metadata=hc.metadata) as client:
+            # E = Qw = 3: every bookie, bookie 0 included, stores every entry
+            lh = await client.create_ledger(3, 3, 2, password=b"m")
+            await asyncio.gather(*(lh.append_async(b"x" * 100) for _ in range(300)))
+            await lh.close()
+            return lh.ledger_id
+
+    run(write())
+    after = hc.metrics(0)
+
+    def moved(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert moved("ledgerstore_bookie_add_requests_total") >= 300
+    assert moved("ledgerstore_bookie_add_bytes_total") >= 300 * 100
+    assert moved("ledgerstore_journal_records_total") >= 300
+    assert moved("ledgerstore_journal_written_bytes_total") >= 300 * 100
+    assert moved("ledgerstore_journal_groups_total") >= 1
+    assert moved("ledgerstore_journal_fsync_seconds_count") >= 1
+    assert moved("ledgerstore_journal_fsync_seconds_sum") > 0
+    assert moved("ledgerstore_journal_group_records_count") >= 1
+    assert after["ledgerstore_journal_group_records_bucket|le=+Inf"] == after["ledgerstore_journal_group_records_count"]
+    assert after["ledgerstore_journal_group_records_sum"] >= 300
+    assert after["ledgerstore_bookie_ledgers"] >= 1
+    assert moved("ledgerstore_storage_entries_written_total") >= 300
+    assert after["ledgerstore_bookie_info|bookie_id=" + hc.cluster.bookie_id(0) + "|listen=" + hc.cluster.address(0)
+                 + "|storage=entrylog|version=" + __import__("ledgerstore").__version__] == 1
+
+
+def test_json_endpoints_answer_sensibly(hc: HttpCluster) -> None:
+    async def write() -> tuple[int, list[str]]:
+        async with Client(metadata=hc.metadata) as client:
+            lh = await client.create_ledger(3, 3, 2, password=b"secret")
+            for i in range(5):
+                await lh.append(b"hello %d" % i)
+            await lh.close()
+            return lh.ledger_id, (await client.ledger_metadata(lh.ledger_id)).ensembles[0][1]
+
+    lid, ensemble = run(write())
+    info = hc.get_json(0, "/api/v1/bookie/info")
+    assert info["bookie_id"] == hc.cluster.bookie_id(0)
+    assert info["total_bytes"] > info["free_bytes"] > 0 and info["ledger_count"] >= 1
+    assert info["storage"] == "entrylog" and info["instance_id"] and info["uptime_seconds"] >= 0
+    assert hc.get_json(0, "/api/v1/bookie/state") == {
+        "running": True, "readOnly": False, "forcedReadOnly": False, "registered": True, "journalFailed": False}
+
+    bookies = hc.get_json(1, "/api/v1/bookie/list_bookies")["bookies"]
+    assert sorted(b["bookie_id"] for b in bookies) == sorted(hc.cluster.bookie_id(i) for i in range(3))
+    assert hc.get_json(1, "/api/v1/bookie/list_bookies?type=ro")["bookies"] == []
+    hc.get_json(1, "/api/v1/bookie/list_bookies?type=bogus", expect=400)
+
+    mark = hc.get_json(0, "/api/v1/bookie/last_log_mark")
+    assert mark["durable"]["file_id"] >= 1 and mark["durable"]["offset"] > 16
+    assert (mark["last_log_mark"]["file_id"], mark["last_log_mark"]["offset"]) <= (
+        mark["durable"]["file_id"], mark["durable"]["offset"])
+
+    listed = hc.get_json(2, "/api/v1/ledger/list")
+    assert lid in listed["ledgers"] and listed["count"] == len(listed["ledgers"])
+    with_md = hc.get_json(2, "/api/v1/ledger/list?print_metadata=true")
+    assert with_md["metadata"][str(lid)]["state"] == "CLOSED"
+
+    md = hc.get_json(2, f"/api/v1/ledger/metadata?ledger_id={lid}")
+    assert md["ledger_id"] == lid and md["state"] == "CLOSED" and md["last_entry_id"] == 4
+    assert md["ensembles"][0][1] == ensemble
+    hc.get_json(2, "/api/v1/ledger/metadata?ledger_id=987654321", expect=404)
+    hc.get_json(2, "/api/v1/ledger/metadata", expect=400)
+    hc.get_json(2, "/api/v1/ledger/metadata?ledger_id=abc", expect=400)
+
+    got = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret")
+    assert [e["text"] for e in got["entries"]] == [f"hello {i}" for i in range(5)]
+    assert base64.b64decode(got["entries"][2]["data_base64"]) == b"hello 2"
+    part = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret&first=1&last=2")
+    assert [e["entry_id"] for e in part["entries"]] == [1, 2]
+    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=wrong", expect=403)
+    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret&last=9", expect=404)
+
+    assert hc.get_json(0, "/api/v1/bookie/gc") == {"is_in_force_gc": False}
+    hc.get_json(0, "/api/v1/no/such/endpoint", expect=404)
+    status, _, body = hc.request(0, "DELETE", "/api/v1/bookie/state")
+    assert status == 405 and "GET" in json.loads(body)["error"]
+
+
+def test_put_state_read_only_makes_the_bookie_refuse_adds_and_back(hc: HttpCluster) -> None:
+    target = hc.cluster.bookie_id(0)
+
+    def listbookies(*flags: str) -> list[dict[str, object]]:
+        out = subprocess.run([sys.executable, "-m", "ledgerstore", "shell", "--metadata", hc.metadata, "listbookies",
+                              *flags, "--json"], capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(out.stdout)
+
+    async def probe_add(client: Client, ledger_id: int) -> int:
+        """Send one add straight to the target bookie and return its status."""
+        await client.bookie_infos(max_age=0)
+        entry = DigestManager(ledger_id, "crc32c").sign(0, -1, b"direct")
+        resp = await client.pool.get(target).request(
+            lambda rid: codec.encode_add(rid, ledger_id, 0, master_key(b"ro"), entry), 10)
+        return resp.status
+
+    state = hc.put_json(0, "/api/v1/bookie/state", {"readOnly": True})
+    try:
+        assert state["readOnly"] is True and state["forcedReadOnly"] is True
+        assert [r["bookie_id"] for r in listbookies("-ro")] == [target]
+        assert target not in [r["bookie_id"] for r in listbookies("-rw")]
+        assert [b["bookie_id"] for b in hc.get_json(1, "/api/v1/bookie/list_bookies?type=ro")["bookies"]] == [target]
+        rejected_before = hc.metrics(0).get("ledgerstore_bookie_rejected_adds_total|reason=READ_ONLY", 0.0)
+
+        async def while_read_only() -> None:
+            async with Client(metadata=hc.metadata) as client:
+                for _ in range(5):  # placement must avoid the read-only bookie every time
+                    lh = await client.create_ledger(2, 2, 2, password=b"ro")
+                    md = await client.ledger_metadata(lh.ledger_id)
+                    assert target not in md.ensembles[0][1]
+                    await lh.append(b"fine")
+                    await lh.close()
+                assert await probe_add(client, lh.ledger_id + 1_000_000) == Status.READ_ONLY
+
+        run(while_read_only())
+        assert hc.metrics(0)["ledgerstore_bookie_rejected_adds_total|reason=READ_ONLY"] == rejected_before + 1
+        assert hc.metrics(0)["ledgerstore_bookie_read_only"] == 1
+    finally:
+        state = hc.put_json(0, "/api/v1/bookie/state", {"readOnly": False})
+    assert state["readOnly"] is False and state["forcedReadOnly"] is False
+    assert listbookies("-ro") == []
+    assert hc.metrics(0)["ledgerstore_bookie_read_only"] == 0
+
+    async def writable_again() -> None:
+        async with Client(metadata=hc.metadata) as client:
+            lh = await client.create_ledger(3, 3, 3, password=b"ro")
+            assert target in (await client.ledger_metadata(lh.ledger_id)).ensembles[0][1]
+            assert await lh.append(b"back") == 0
+            await lh.close()
+            assert await probe_add(client, lh.ledger_id + 2_000_000) == Status.OK
+
+    run(writable_again())
+
+
+def test_put_state_validates_its_body(hc: HttpCluster) -> None:
+    for body in (b"not json", b"[1, 2]", b'{"readOnly": "maybe"}', b"{}"):
+        status, _, data = hc.request(1, "PUT", "/api/v1/bookie/state", body)
+        assert status == 400 and json.loads(data)["error"], body
+    status, _, _ = hc.request(1, "PUT", "/api/v1/bookie/state")
+    assert status == 400
+    assert hc.get_json(1, "/api/v1/bookie/state")["readOnly"] is False
+
+
+def test_put_gc_after_deleting_a_ledger_reports_it_deleted(hc: HttpCluster) -> None:
+    async def make_and_delete() -> int:
+        async with Client(metadata=hc.metadata) as client:
+            lh = await client.create_ledger(3, 3, 2, password=b"gc")
+            await asyncio.gather(*(lh.append_async(b"g" * 1000) for _ in range(200)))
+            await lh.close()
+            await client.delete_ledger(lh.ledger_id)
+            return lh.ledger_id
+
+    lid = run(make_and_delete())
+    result = hc.put_json(2, "/api/v1/bookie/gc?major=true")
+    assert lid in result["deleted_ledgers"]
+    assert result["compaction"] == "major" and result["seconds"] >= 0
+    again = hc.put_json(2, "/api/v1/bookie/gc", {"minor": True})
+    assert lid not in again["deleted_ledgers"]
+    hc.put_json(2, "/api/v1/bookie/gc?major=perhaps", expect=400)
+
+
+def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send raw bytes, read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("junk, status", [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /heartbeat\r\n\r\n", 400),
+    (b"get /heartbeat HTTP/1.1\r\n\r\n", 400),
+    (b"GET /heartbeat HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    (b"GET /heartbeat HTTP/9.9\r\n\r\n", 505),
+    (b"PUT /api/v1/bookie/state HTTP/1.1\r\nContent-Length: -3\r\n\r\n", 400),
+    (b"PUT /api/v1/bookie/state HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
+    (b"PUT /api/v1/bookie/state HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+    (b"GET /" + b"a" * 40_000 + b" HTTP/1.1\r\n\r\n", 431),
+])
+def test_malformed_request_gets_an_error_and_the_server_keeps_serving(hc: HttpCluster, junk: bytes, status: int) -> None:
+    reply = raw_exchange(hc.http_ports[1], junk)
+    assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["status"] == status
+    assert hc.request(1, "GET", "/heartbeat")[:3:2] == (200, b"OK\n")
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(hc: HttpCluster) -> None:
+    reply = raw_exchange(hc.http_ports[2], b"GET /heartbeat HTTP/1.1\r\n\r\n"
+                                          b"HEAD /api/v1/bookie/state HTTP/1.1\r\n\r\n"
+                                          b"GET /heartbeat HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert reply.count(b"HTTP/1.1 200 OK") == 3
+    assert reply.endswith(b"OK\n") and b"readOnly" not in reply  # HEAD: headers only
+
+
+def test_plugin_routes_are_served(tmp_path: Path) -> None:
+    """A plugin's ``ledgerstore_http_routes`` contribution, on an in-process bookie."""
+    import ledgerstore
+    from ledgerstore.bookie.server import Bookie
+    from ledgerstore.config import BookieConfig
+    from ledgerstore.plugins import hooks
+
+    class EchoRoutes:
+        @ledgerstore.hookimpl
+        def ledgerstore_http_routes(self, bookie: object) -> list[tuple[str, str, object]]:
+            async def echo(request: object) -> tuple[int, str, bytes]:
+                return 200, "text/plain", f"{request.bookie.bookie_id} {request.query['say']}".encode()  # type: ignore[attr-defined]
+
+            def boom(request: object) -> tuple[int, str, bytes]:
+                raise RuntimeError("plugin bug")
+
+            return [("GET", "/plugin/echo", echo), ("GET", "/plugin/boom", boom)]
+
+    plugin = EchoRoutes()
+    hooks().register(plugin)
+    bport, hport = free_ports(2)
+    cfg = BookieConfig(metadata=f"sqlite://{tmp_path / 'meta.db'}", listen=f"tcp://127.0.0.1:{bport}",
+                       journal_dir=str(tmp_path / "journal"), ledger_dirs=[str(tmp_path / "ledgers")], http_port=hport)
+
+    def get(path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", hport, timeout=30)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    async def main() -> None:
+        bookie = Bookie(cfg)
+        await bookie.start()
+        try:
+            assert bookie.http.port == hport
+            assert await asyncio.to_thread(get, "/plugin/echo?say=hi") == (200, f"127.0.0.1:{bport} hi".encode())
+            status, body = await asyncio.to_thread(get, "/plugin/boom")
+            assert status == 500 and "plugin bug" in json.loads(body)["error"]
+            assert await asyncio.to_thread(get, "/heartbeat") == (200, b"OK\n")
+        finally:
+            await bookie.stop()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", hport), timeout=2).close()
+
+    try:
+        run(main())
+    finally:
+        hooks().unregister(plugin)
