@@ -28,7 +28,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib 
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[all,test]'
   for d in contrib/*/; do
-    if [ -f "$d/pyproject.toml" ] && [ "$(basename "$d")" != "plugin-template" ]; then
+    if [ -f "$d/pyproject.toml" ]; then
       .venv/bin/python -m pip install -q --no-build-isolation -e "$d" 2>/dev/null || .venv/bin/python -m pip install -q -e "$d"
     fi
   done

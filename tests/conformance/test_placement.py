@@ -18,10 +18,10 @@ from ledgerstore_placement import DiskAwarePlacement, RackAwarePlacement, Region
 
 POLICIES = {
     "random": lambda: load_driver("placement", "random")(),
-    "rack-aware": lambda: RackAwarePlacement(enforce=False),
+    "rack-aware": lambda: RackAwarePlacement(),
     "rack-aware-3": lambda: RackAwarePlacement(enforce=False, min_racks_per_write_quorum=3),
-    "region-aware": lambda: RegionAwarePlacement(enforce=False),
-    "disk-aware": lambda: DiskAwarePlacement(max_disk_usage=1.0),
+    "region-aware": lambda: RegionAwarePlacement(),
+    "disk-aware": lambda: DiskAwarePlacement(),
 }
 
 

@@ -48,7 +48,6 @@ class BookieCounters:
         self.read_requests = 0
         self.bad_requests = 0
         self.rejected_adds: dict[str, int] = defaultdict(int)
-        self.add_latency: list[float] = []
 
 
 class Bookie:
@@ -82,6 +81,8 @@ class Bookie:
         self.started_at = 0.0
         self._registered_event = asyncio.Event()
         self._last_minor = self._last_major = time.monotonic()
+        self._serving = False
+        self.http: Any = None
         #: called on the event loop once per durable journal group with its record count (metrics);
         #: per group, never per entry, so the write path stays flat
         self.group_observer: Any = None
@@ -97,7 +98,21 @@ class Bookie:
         self.store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
         await self.store.start()
         self.registry = BookieRegistry(self.store)
-        await self._check_cookie()
+        # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
+        # that arrive before the journal runs are refused (see frames_received).
+        scheme = cfg.listen.partition("://")[0]
+        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **cfg.transport)
+        self.server = await transport.serve(cfg.listen, self)
+        if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
+            self.advertised = self.server.address
+            _, host, port = split_address(self.advertised)
+            self.bookie_id = f"{host}:{port}"
+        try:
+            await self._check_cookie()
+        except BaseException:
+            await self.server.close()
+            await self.store.close()
+            raise
 
         engine_cls = load_driver("storage", cfg.storage)
         self.engine = engine_cls(self.ledger_dirs, **cfg.storage_options)
@@ -121,14 +136,13 @@ class Bookie:
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
 
-        scheme = cfg.listen.partition("://")[0]
-        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **cfg.transport)
-        self.server = await transport.serve(cfg.listen, self)
-        if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
-            self.advertised = self.server.address
-            _, host, port = split_address(self.advertised)
-            self.bookie_id = f"{host}:{port}"
+        self._serving = True
         self._update_disk_state()
+        self.http = None
+        if cfg.http_port:  # up before registration: "registered" implies the admin port answers
+            from ledgerstore.bookie.http import start_admin_http
+
+            self.http = await start_admin_http(self, cfg.http_address, cfg.http_port)
         await self._register()
         self.store.add_session_listener(self._on_session_event)
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
@@ -136,11 +150,12 @@ class Bookie:
         if cfg.gc_wait_time_ms > 0:
             self._tasks.append(asyncio.create_task(self._gc_loop(), name="gc"))
         self.started_at = time.time()
-        self.http = None
-        if cfg.http_port:
-            from ledgerstore.bookie.http import start_admin_http
+        self.recovery: Any = None
+        if cfg.autorecovery.enabled:
+            from ledgerstore.recovery.service import RecoveryService
 
-            self.http = await start_admin_http(self, cfg.http_address, cfg.http_port)
+            self.recovery = RecoveryService.for_bookie(self)
+            await self.recovery.start()
         log.info("bookie %s serving on %s (storage %s, journal %s)", self.bookie_id, self.server.address, cfg.storage, self.journal_dir)
         notify("ledgerstore_bookie_started", bookie=self)
 
@@ -150,6 +165,8 @@ class Bookie:
             return
         self._stopped.set()
         notify("ledgerstore_bookie_stopping", bookie=self)
+        if getattr(self, "recovery", None) is not None:
+            await self.recovery.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -417,6 +434,12 @@ class Bookie:
     # --- requests ------------------------------------------------------------------------------
 
     def frames_received(self, conn: ServerConnection, frames: Sequence[bytes]) -> None:
+        if not self._serving:  # still starting (replaying the journal): refuse, do not queue
+            for frame in frames:
+                if len(frame) >= codec.HEADER_SIZE:
+                    _, op, _, rid = codec.HEADER.unpack_from(frame)
+                    conn.send(codec.encode_error_response(op, rid, Status.READ_ONLY))
+            return
         for frame in frames:
             try:
                 req = codec.decode_request(frame, self.config.max_frame_size)
@@ -522,10 +545,11 @@ class Bookie:
                 continue
             if token[0] == "journal-error":  # the writer failed: answer everyone with an IO error
                 for t in token[2]:
-                    if t is not None and len(t) == 2:
+                    if t is not None and len(t) == 2 and isinstance(t[1], bytes):
                         conn, ok_frame = t
                         _, op, _, rid = codec.HEADER.unpack_from(ok_frame)
                         conn.send(codec.encode_error_response(op, rid, Status.IO_ERROR))
+                    # a pending fence (callable) gets no answer: the client times out and retries elsewhere
                 continue
             conn, frame = token
             if callable(frame):

@@ -88,21 +88,26 @@ def config_check(path: str, kind: str | None, as_json: bool) -> None:
 
 
 def _register_subcommands() -> None:
-    from ledgerstore.cli import shell, standalone
+    from ledgerstore.cli import bench, shell, standalone
 
     cli.add_command(standalone.standalone)
     cli.add_command(shell.shell)
+    cli.add_command(bench.bench)
     try:
-        from ledgerstore.cli import bench
-
-        cli.add_command(bench.bench)
-    except ImportError:
-        pass
+        from ledgerstore.cli import autorecovery
+    except ModuleNotFoundError as exc:  # pragma: no cover - only while the module is being written
+        if exc.name != "ledgerstore.cli.autorecovery":
+            raise
+    else:
+        cli.add_command(autorecovery.autorecovery)
     from ledgerstore.plugins import hooks
 
     for cmds in hooks().hook.ledgerstore_cli_commands():
         for c in cmds or []:
             cli.add_command(c)
+    for cmds in hooks().hook.ledgerstore_shell_commands():
+        for c in cmds or []:
+            shell.shell.add_command(c)
 
 
 def main() -> None:

@@ -491,3 +491,207 @@ def gc_command(bookie_config: str | None, http_address: str | None, major: bool,
         console.print(f"gc: {len(result['deleted_ledgers'])} ledgers deleted, "
                       f"{result['reclaimed_bytes']:,} bytes reclaimed ({result['bytes_on_disk_before']:,} -> "
                       f"{result['bytes_on_disk_after']:,})")
+
+
+# --- auto-recovery -----------------------------------------------------------------------------
+
+
+def _urm(client: Any) -> Any:
+    from ledgerstore.recovery.markers import UnderReplicationManager
+
+    return UnderReplicationManager(client.store)
+
+
+@shell.command()
+@click.option("--missing", "missing_bookie", default=None, help="only ledgers missing this bookie")
+@json_option
+@pass_ctx
+@handle_errors
+def listunderreplicated(sc: ShellContext, missing_bookie: str | None, as_json: bool) -> None:
+    """List the ledgers marked under-replicated, with their missing bookies and claims."""
+
+    async def go(client: Any) -> list[dict[str, Any]]:
+        return [m.to_dict() for m in await _urm(client).list()
+                if missing_bookie is None or missing_bookie in m.missing]
+
+    rows = sc.with_client(go)
+    for r in rows:
+        r["missing"] = ",".join(r["missing"])
+        r["owner"] = r["owner"] or ""
+        r["since"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["since"]))
+    emit(rows, as_json, ["ledger_id", "missing", "since", "owner", "last_error"],
+         title=f"{len(rows)} under-replicated ledgers")
+
+
+@shell.command()
+@json_option
+@pass_ctx
+@handle_errors
+def whoisauditor(sc: ShellContext, as_json: bool) -> None:
+    """Print the elected auditor (exit code 3 when no auto-recovery process is running)."""
+    import sys
+
+    from ledgerstore.cli.common import EXIT_NOT_FOUND
+
+    async def go(client: Any) -> dict[str, Any]:
+        urm = _urm(client)
+        return {"auditor": await urm.auditor(), "candidates": await urm.candidates()}
+
+    r = sc.with_client(go)
+    if as_json:
+        emit(r, True)
+    else:
+        console.print(r["auditor"] or "no auditor: no auto-recovery process is running")
+    if r["auditor"] is None:
+        sys.exit(EXIT_NOT_FOUND)
+
+
+@shell.command()
+@json_option
+@pass_ctx
+@handle_errors
+def triggeraudit(sc: ShellContext, as_json: bool) -> None:
+    """Ask the auditor for a full check of every ledger now."""
+
+    async def go(client: Any) -> str | None:
+        urm = _urm(client)
+        await urm.trigger_audit()
+        return await urm.auditor()  # type: ignore[no-any-return]
+
+    auditor = sc.with_client(go)
+    if as_json:
+        emit({"triggered": True, "auditor": auditor}, True)
+    else:
+        console.print(f"audit triggered (auditor: {auditor or 'none running; it will run when one is elected'})")
+
+
+@shell.command("autorecovery")
+@click.option("--enable/--disable", "enable", default=None, help="switch auto-recovery on or off cluster-wide")
+@json_option
+@pass_ctx
+@handle_errors
+def autorecovery_switch(sc: ShellContext, enable: bool | None, as_json: bool) -> None:
+    """Show, enable or disable auto-recovery (auditor marking and worker re-replication)."""
+
+    async def go(client: Any) -> bool:
+        urm = _urm(client)
+        if enable is not None:
+            await urm.set_enabled(enable)
+        return await urm.is_enabled()  # type: ignore[no-any-return]
+
+    enabled = sc.with_client(go)
+    if as_json:
+        emit({"enabled": enabled}, True)
+    else:
+        console.print(f"auto-recovery is {'enabled' if enabled else 'disabled'}")
+
+
+@shell.command()
+@click.option("--set", "seconds", type=float, default=None, help="new delay in seconds (cluster-wide)")
+@click.option("--clear", is_flag=True, help="forget the cluster-wide value: each process's config rules")
+@json_option
+@pass_ctx
+@handle_errors
+def lostbookierecoverydelay(sc: ShellContext, seconds: float | None, clear: bool, as_json: bool) -> None:
+    """Show or set how long a bookie must be gone before its ledgers are re-replicated."""
+    from ledgerstore.errors import NoSuchKeyError
+    from ledgerstore.recovery.markers import LOST_BOOKIE_DELAY
+
+    if seconds is not None and seconds < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--set")
+
+    async def go(client: Any) -> float | None:
+        urm = _urm(client)
+        if clear:
+            try:
+                await client.store.delete(LOST_BOOKIE_DELAY)
+            except NoSuchKeyError:
+                pass
+        if seconds is not None:
+            await urm.set_lost_bookie_delay(seconds)
+        return await urm.lost_bookie_delay()  # type: ignore[no-any-return]
+
+    value = sc.with_client(go)
+    if as_json:
+        emit({"lost_bookie_recovery_delay_s": value}, True)
+    else:
+        console.print("lost bookie recovery delay: " + (f"{value:g}s" if value is not None
+                                                        else "not set cluster-wide (each process's config rules)"))
+
+
+def _recovery_settings(grace: float, rate: float) -> Any:
+    from ledgerstore.config import AutoRecoveryConfig
+
+    return AutoRecoveryConfig(open_ledger_rereplication_grace_s=grace, rereplication_entries_per_s=rate)
+
+
+def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
+                       work: Callable[[Any, Callable[[int, int], None]], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    import sys
+
+    from ledgerstore.cli.common import EXIT_NOT_FOUND, err_console
+    from ledgerstore.recovery.admin import BookieNotFoundError
+
+    with Progress(console=console, transient=True, disable=as_json) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=max(total, 1))
+
+        try:
+            return sc.with_client(lambda client: work(client, update))
+        except BookieNotFoundError as exc:
+            err_console.print(f"[red]not found:[/red] {exc}")
+            sys.exit(EXIT_NOT_FOUND)
+
+
+@shell.command()
+@click.argument("bookie_id")
+@click.option("--open-ledger-grace", "grace", type=float, default=30.0, show_default=True,
+              help="seconds an open ledger's writer gets to move off the bookie before it is fenced and closed")
+@click.option("--entries-per-second", "rate", type=float, default=0.0, show_default=True, help="copy throttle (0 = none)")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="seconds")
+@click.option("--delete-cookie", is_flag=True, help="delete the bookie's cookie afterwards")
+@json_option
+@pass_ctx
+@handle_errors
+def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout: float, delete_cookie: bool,
+            as_json: bool) -> None:
+    """Re-replicate every ledger fragment of a dead bookie, from this process (no auditor needed)."""
+    from ledgerstore.recovery.admin import recover_bookie
+
+    r = _run_with_progress(sc, f"recovering {bookie_id}", as_json, lambda client, update: recover_bookie(
+        client, bookie_id, _recovery_settings(grace, rate), timeout, update, delete_cookie))
+    if as_json:
+        emit(r, True)
+    else:
+        console.print(f"[green]recovered {bookie_id}[/green]: {r['ledgers']} ledgers, {r['entries_copied']:,} entries "
+                      f"({r['bytes_copied']:,} bytes) copied in {r['seconds']}s")
+
+
+@shell.command()
+@click.argument("bookie_id")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="seconds")
+@click.option("--local-worker", is_flag=True,
+              help="also copy from this process (otherwise the cluster's auto-recovery workers do it)")
+@click.option("--open-ledger-grace", "grace", type=float, default=30.0, show_default=True,
+              help="for --local-worker: seconds an open ledger's writer gets before it is fenced and closed")
+@click.option("--entries-per-second", "rate", type=float, default=0.0, show_default=True,
+              help="for --local-worker: copy throttle (0 = none)")
+@json_option
+@pass_ctx
+@handle_errors
+def decommissionbookie(sc: ShellContext, bookie_id: str, timeout: float, local_worker: bool, grace: float, rate: float,
+                       as_json: bool) -> None:
+    """Move every ledger off a bookie (alive or dead), then delete its cookie. A live bookie
+    running auto-recovery turns read-only first; stop it once this is done."""
+    from ledgerstore.recovery.admin import decommission_bookie
+
+    r = _run_with_progress(sc, f"decommissioning {bookie_id}", as_json, lambda client, update: decommission_bookie(
+        client, bookie_id, _recovery_settings(grace, rate), timeout, update, local_worker))
+    if as_json:
+        emit(r, True)
+    else:
+        console.print(f"[green]decommissioned {bookie_id}[/green]: {r['ledgers']} ledgers moved off it in "
+                      f"{r['seconds']}s; cookie deleted" + ("" if r["autorecovery_enabled"] else
+                                                            " (note: auto-recovery is disabled cluster-wide)"))

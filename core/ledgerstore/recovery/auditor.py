@@ -22,7 +22,13 @@ from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
 from ledgerstore.meta import layout
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.meta.ledgers import LedgerManager
-from ledgerstore.recovery.markers import AUDIT_TRIGGER, DECOMMISSION, ENABLE, LOST_BOOKIE_DELAY, UnderReplicationManager
+from ledgerstore.recovery.markers import (
+    AUDIT_TRIGGER,
+    DECOMMISSION,
+    ENABLE,
+    LOST_BOOKIE_DELAY,
+    UnderReplicationManager,
+)
 
 log = logging.getLogger(__name__)
 

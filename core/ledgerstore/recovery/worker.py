@@ -38,7 +38,13 @@ from ledgerstore.plugins import notify
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_RECOVERY_ADD, Status
 from ledgerstore.proto.digest import DigestManager, master_key
-from ledgerstore.recovery.markers import MARKERS, Marker, PendingSwap, ReplicationError, UnderReplicationManager
+from ledgerstore.recovery.markers import (
+    MARKERS,
+    Marker,
+    PendingSwap,
+    ReplicationError,
+    UnderReplicationManager,
+)
 
 if TYPE_CHECKING:
     from ledgerstore.client.client import Client
@@ -82,12 +88,15 @@ class _Deferred(Exception):
 class ReplicationWorker:
     """Claims markers and re-replicates their ledgers until stopped (``await run()``).
 
-    ``only`` restricts the worker to markers naming one of those bookies (the shell's recover).
+    ``only`` restricts the worker to markers naming one of those bookies, and
+    ``obey_switch=False`` makes it work even while auto-recovery is disabled cluster-wide (both
+    for the shell's explicit recover and decommission).
     """
 
     def __init__(self, client: Client, settings: AutoRecoveryConfig, worker_id: str,
-                 only: set[str] | None = None) -> None:
+                 only: set[str] | None = None, obey_switch: bool = True) -> None:
         self.client = client
+        self.obey_switch = obey_switch
         self.settings = settings
         self.worker_id = worker_id
         self.only = only
@@ -107,7 +116,7 @@ class ReplicationWorker:
         try:
             while True:
                 try:
-                    if await self.markers.is_enabled():
+                    if not self.obey_switch or await self.markers.is_enabled():
                         await self._claim_some(active)
                 except LedgerStoreError as exc:
                     log.warning("replication worker %s: %s", self.worker_id, exc)

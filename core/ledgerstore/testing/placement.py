@@ -9,14 +9,14 @@ from ledgerstore.errors import NotEnoughBookiesError
 
 
 def make_bookies(n: int, read_only: frozenset[int] = frozenset()) -> list[BookieInfo]:
-    """``n`` bookies spread over two racks and two regions, ``read_only`` indexes read-only."""
+    """``n`` bookies spread over three racks and three regions, ``read_only`` indexes read-only."""
     return [
         BookieInfo(
             bookie_id=f"127.0.0.1:{4000 + i}",
             endpoint=f"tcp://127.0.0.1:{4000 + i}",
-            rack=f"/rack-{i % 2}",
-            region=f"region-{i % 2}",
-            free_bytes=(i + 1) * 10**9,
+            rack=f"/rack-{i % 3}",
+            region=f"region-{i % 3}",
+            free_bytes=max(5, 90 - 10 * i) * 10**9,
             total_bytes=100 * 10**9,
             ledger_count=10 * i,
             read_only=i in read_only,
@@ -53,7 +53,7 @@ class PlacementPolicyConformance:
         assert "4" in str(info.value) and "3" in str(info.value)
 
     def test_replace_bookie(self, policy: PlacementPolicy) -> None:
-        bookies = make_bookies(5)
+        bookies = make_bookies(6)  # two per rack: a same-rack replacement always exists
         ens = policy.new_ensemble(3, 2, 2, bookies)
         for _ in range(20):
             new = policy.replace_bookie(ens, 2, 2, 1, bookies, exclude=frozenset({ens[1]}))

@@ -1,0 +1,131 @@
+"""Operator actions on top of the markers and workers: recover a dead bookie from this process,
+and decommission a bookie (dead or alive) through the cluster's workers. Used by the shell."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ledgerstore.config import AutoRecoveryConfig
+from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
+from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.recovery.markers import UnderReplicationManager
+from ledgerstore.recovery.worker import ReplicationWorker
+
+if TYPE_CHECKING:
+    from ledgerstore.client.client import Client
+
+#: ``progress(done, total)``: ledgers no longer referencing the bookie out of those that did
+Progress = Callable[[int, int], None]
+
+
+class BookieNotFoundError(LedgerStoreError):
+    """No ledger, cookie or registration names the bookie."""
+
+
+async def ledgers_referencing(client: Client, bookie_id: str) -> list[int]:
+    """Ids of the ledgers whose metadata names ``bookie_id`` in any fragment."""
+    out = []
+    async for lid in client.ledgers.list():
+        try:
+            md = await client.ledgers.read(lid)
+        except NoSuchLedgerError:
+            continue
+        if bookie_id in md.bookies():
+            out.append(lid)
+    return out
+
+
+async def _markers_naming(urm: UnderReplicationManager, bookie_id: str) -> set[int]:
+    return {m.ledger_id for m in await urm.list() if bookie_id in m.missing}
+
+
+async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, timeout: float,
+                 progress: Progress | None, what: str) -> dict[str, Any]:
+    """Mark every ledger naming the bookie, again and again (new ones may appear under a write
+    load), until none does and no marker names it."""
+    t0 = time.monotonic()
+    seen: set[int] = set()
+    while True:
+        refs = await ledgers_referencing(client, bookie_id)
+        seen |= set(refs)
+        for lid in refs:
+            await urm.mark(lid, {bookie_id})
+        pending = await _markers_naming(urm, bookie_id)
+        left = set(refs) | pending
+        if progress is not None:
+            progress(len(seen - left), len(seen))
+        if not left:
+            return {"bookie_id": bookie_id, "ledgers": len(seen), "seconds": round(time.monotonic() - t0, 3)}
+        if time.monotonic() - t0 > timeout:
+            raise LedgerStoreError(
+                f"{what} of bookie {bookie_id} did not finish within {timeout:.0f}s: {len(left)} ledgers still name it "
+                f"(e.g. {sorted(left)[:5]}); see `ledgerstore shell listunderreplicated` for their errors")
+        await asyncio.sleep(0.5)
+
+
+async def recover_bookie(client: Client, bookie_id: str, settings: AutoRecoveryConfig, timeout: float = 3600.0,
+                         progress: Progress | None = None, delete_cookie: bool = False) -> dict[str, Any]:
+    """Re-replicate everything a dead bookie held, with a worker in this process (no auditor
+    needed). The bookie must be down: a live one is decommissioned instead."""
+    urm = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+    if bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}:
+        raise LedgerStoreError(f"bookie {bookie_id} is registered (alive): stop it first, or use decommissionbookie")
+    cookies = CookieManager(client.store)  # type: ignore[arg-type]
+    if await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
+        raise BookieNotFoundError(f"no cookie and no ledger names bookie {bookie_id}")
+    worker = ReplicationWorker(client, settings, f"recover-{socket.gethostname()}-{os.getpid()}",
+                               only={bookie_id}, obey_switch=False)
+    task = asyncio.get_running_loop().create_task(worker.run())
+    try:
+        result = await _drain(client, urm, bookie_id, timeout, progress, "recovery")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if delete_cookie:
+        await cookies.delete(bookie_id)
+    result.update(entries_copied=worker.stats["entries"], bytes_copied=worker.stats["bytes"],
+                  cookie_deleted=delete_cookie)
+    return result
+
+
+async def decommission_bookie(client: Client, bookie_id: str, settings: AutoRecoveryConfig, timeout: float = 3600.0,
+                              progress: Progress | None = None, local_worker: bool = False) -> dict[str, Any]:
+    """Move every ledger off ``bookie_id`` (alive or dead) and delete its cookie.
+
+    The bookie is listed under ``/underreplication/decommission`` (a bookie running auto-recovery
+    turns itself read-only when it sees that); every ledger naming it is marked until none does;
+    the cluster's workers (and, with ``local_worker``, one in this process) do the copying. On
+    timeout or interruption the decommission is called off."""
+    urm = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+    cookies = CookieManager(client.store)  # type: ignore[arg-type]
+    registered = bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}
+    if not registered and await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
+        raise BookieNotFoundError(f"no registration, cookie or ledger names bookie {bookie_id}")
+    await urm.start_decommission(bookie_id)
+    task = None
+    if local_worker:
+        worker = ReplicationWorker(client, settings, f"decommission-{socket.gethostname()}-{os.getpid()}",
+                                   only={bookie_id}, obey_switch=False)
+        task = asyncio.get_running_loop().create_task(worker.run())
+    ok = False
+    try:
+        result = await _drain(client, urm, bookie_id, timeout, progress, "decommissioning")
+        ok = True
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if ok:
+            await cookies.delete(bookie_id)
+        await urm.end_decommission(bookie_id)
+    result.update(was_registered=registered, cookie_deleted=True,
+                  autorecovery_enabled=await urm.is_enabled())
+    return result
