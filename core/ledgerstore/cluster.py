@@ -52,6 +52,7 @@ class LocalCluster:
         self.metadata = metadata or f"sqlite://{self.data_dir / 'metadata.db'}"
         self.env = env
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._log_offsets: dict[int, int] = {}
 
     def address(self, i: int) -> str:
         return f"{self.transport}://127.0.0.1:{self.ports[i]}"
@@ -89,6 +90,7 @@ class LocalCluster:
             )
 
     def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
+        self._log_offsets[i] = self.log_path(i).stat().st_size if self.log_path(i).exists() else 0
         log = open(self.log_path(i), "ab")
         env = dict(os.environ, **(self.env or {}))
         proc = subprocess.Popen(
@@ -137,18 +139,19 @@ class LocalCluster:
                 if p.poll() is not None and i in which:
                     tail = self.log_path(i).read_text(errors="replace")[-3000:]
                     raise LedgerStoreError(f"bookie {i} exited with code {p.returncode}:\n{tail}")
-            if all(self._listening(i) for i in which) and want <= self.registered():
+            if all(self._ready(i) for i in which) and want <= self.registered():
                 return
             if time.monotonic() > deadline:
                 raise LedgerStoreError(f"bookies {sorted(want - self.registered())} did not register within {timeout}s")
             time.sleep(0.1)
 
-    def _listening(self, i: int) -> bool:
+    def _ready(self, i: int) -> bool:
         # A killed bookie's ephemeral registration outlives it by up to the session timeout, so
-        # "registered" alone does not mean the new process is up: it must accept connections too.
+        # "registered" alone does not mean the new process is up: wait for its own "ready" line.
         try:
-            with socket.create_connection(("127.0.0.1", self.ports[i]), timeout=0.5):
-                return True
+            with open(self.log_path(i), "rb") as fh:
+                fh.seek(self._log_offsets.get(i, 0))
+                return b" ready\n" in fh.read()
         except OSError:
             return False
 

@@ -173,7 +173,7 @@ def test_10000_entries_across_rolled_ledgers_read_back_in_order_and_truncate(sha
 
 
 def test_second_writer_takes_over_from_a_writing_process(shared_cluster: LocalCluster) -> None:
-    first = WriterProcess(shared_cluster.metadata, "takeover", 20_000, "w1")
+    first = WriterProcess(shared_cluster.metadata, "takeover", 10_000, "w1")
     try:
         first.wait_for_acks(3_000)
 

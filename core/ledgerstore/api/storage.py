@@ -55,7 +55,9 @@ class StorageEngine(abc.ABC):
 
     @abc.abstractmethod
     def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
-        """Record the ledger's master key (idempotent for the same key)."""
+        """Record the ledger's master key, creating the ledger if unknown. Idempotent for the same
+        key; a *different* key for a known ledger raises
+        :class:`~ledgerstore.errors.UnauthorizedAccessError` (as BookKeeper's storage does)."""
 
     @abc.abstractmethod
     def get_master_key(self, ledger_id: int) -> bytes | None:
@@ -63,14 +65,15 @@ class StorageEngine(abc.ABC):
 
     @abc.abstractmethod
     def set_fenced(self, ledger_id: int) -> bool:
-        """Mark the ledger fenced. Returns True if it was not fenced before."""
+        """Mark the ledger fenced (creating it if unknown). Returns True if it was not fenced before."""
 
     @abc.abstractmethod
     def is_fenced(self, ledger_id: int) -> bool: ...
 
     @abc.abstractmethod
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> None:
-        """Store ``data`` (the whole signed entry) under (ledger, entry). Re-adding overwrites."""
+        """Store ``data`` (the whole signed entry) under (ledger, entry), creating the ledger if
+        unknown. Re-adding overwrites."""
 
     @abc.abstractmethod
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
@@ -89,7 +92,8 @@ class StorageEngine(abc.ABC):
 
     @abc.abstractmethod
     def delete_ledger(self, ledger_id: int) -> None:
-        """Forget the ledger; its space is reclaimed by the engine (now or by GC)."""
+        """Forget the ledger; its space is reclaimed by the engine (now or by GC). Deleting an
+        unknown ledger is a no-op. Like everything else, the deletion is durable after ``flush()``."""
 
     @abc.abstractmethod
     def flush(self) -> None:

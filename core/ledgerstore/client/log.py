@@ -185,19 +185,21 @@ class LogWriter:
     def _deliver(self, seg: _Segment, outer: asyncio.Future[Position], inner: asyncio.Future[int],
                  inherited: LedgerStoreError | None) -> None:
         exc = inner.exception()
-        if exc is None and inherited is None:
+        cause = inherited if inherited is not None else self._error
+        if exc is None and cause is None:
             pos = Position(seg.ledger_id, inner.result())
             self._last = pos
             if not outer.done():
                 outer.set_result(pos)
         else:
             if exc is None:
-                # written to this ledger, but an earlier entry of the log failed: acknowledging this
-                # one would put an ack after a failure, so its outcome is reported as unknown too
-                assert inherited is not None
-                err: LedgerStoreError = type(inherited)(
+                # written to its ledger, but this writer already failed (an earlier entry failed, or
+                # it lost the log): an acknowledgement now would follow a failure, so the outcome is
+                # reported as unknown, with the same error class
+                assert cause is not None
+                err: LedgerStoreError = type(cause)(
                     f"entry {inner.result()} of ledger {seg.ledger_id} (log {self.name!r}) may or may not be "
-                    f"in the log: an earlier entry failed ({inherited})")
+                    f"in the log: this writer failed before it was acknowledged ({cause})")
             elif isinstance(exc, LedgerStoreError):
                 err = exc
             else:
@@ -340,8 +342,8 @@ class LogWriter:
     # --- closing -------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Wait for in-flight adds, then close the current ledger. Closing a writer that lost the
-        log to another writer only releases it (the new leader already closed its ledgers)."""
+        """Wait for in-flight adds, then close the current ledger. Closing a writer that already
+        failed only releases it (errors were reported by its adds; a new leader closes the ledgers)."""
         if self._closed:
             return
         self._closed = True
@@ -356,8 +358,6 @@ class LogWriter:
                 raise
         if self._closers:
             await asyncio.gather(*self._closers)
-        if self._error is not None and not isinstance(self._error, LedgerFencedError):
-            raise self._error
 
     async def __aenter__(self) -> LogWriter:
         return self

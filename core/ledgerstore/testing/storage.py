@@ -134,6 +134,39 @@ class StorageEngineConformance:
         with pytest.raises(NoSuchEntryError):
             engine.get_entry(40, 0)
 
+    def test_other_master_key_is_refused(self, engine: StorageEngine) -> None:
+        from ledgerstore.errors import UnauthorizedAccessError
+
+        engine.set_master_key(60, b"one")
+        with pytest.raises(UnauthorizedAccessError):
+            engine.set_master_key(60, b"two")
+        assert engine.get_master_key(60) == b"one"
+
+    def test_delete_unknown_ledger_is_a_no_op(self, engine: StorageEngine) -> None:
+        engine.delete_ledger(424242)
+        assert not engine.has_ledger(424242)
+
+    def test_gc_reclaims_deleted_ledgers(
+        self, engine: StorageEngine, engine_factory: EngineFactory, tmp_path: Path
+    ) -> None:
+        for lid in range(70, 76):
+            engine.set_master_key(lid, b"mk")
+            for e in range(64):
+                engine.add_entry(lid, e, os.urandom(16 * 1024))
+        engine.flush()
+        before = engine.stats().bytes_on_disk
+        for lid in range(70, 76, 2):
+            engine.delete_ledger(lid)
+        engine.flush()
+        engine.gc()
+        compact = getattr(engine, "compact", None)
+        if compact is not None:
+            compact(0.8)
+        after = engine.stats().bytes_on_disk
+        assert after < before, (before, after)
+        for e in range(64):
+            assert len(engine.get_entry(71, e)) == 16 * 1024
+
     def test_stats(self, engine: StorageEngine) -> None:
         engine.set_master_key(50, b"mk")
         engine.add_entry(50, 0, b"x")
