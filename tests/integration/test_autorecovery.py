@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
@@ -23,6 +22,7 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager
 from ledgerstore.recovery.markers import UnderReplicationManager
+
 from tests.conftest import ClusterConfig
 
 BACKENDS = ["sqlite", "zk", "etcd"]
@@ -106,7 +106,7 @@ async def verify_replicas(client: Client, payloads: dict[int, list[bytes]], pass
             _, ensemble = md.ensemble_for(e)
             for idx in md.write_set(e):
                 reads.append((e, ensemble[idx], client.pool.get(ensemble[idx]).request(
-                    lambda rid, e=e: codec.encode_read(rid, lid, e), 10)))
+                    lambda rid, e=e, lid=lid: codec.encode_read(rid, lid, e), 10)))
         for (e, bid, fut) in reads:
             resp = await fut
             assert resp.status == Status.OK, f"ledger {lid} entry {e} missing on {bid}: {Status(resp.status).name}"
@@ -207,7 +207,7 @@ def test_killing_the_auditor_and_a_worker_mid_way_does_not_stop_recovery(cluster
 
             async def some_claim_by_another_worker() -> bool:
                 auditor = await urm.auditor()
-                for m in await urm.list():
+                for m in await urm.all():
                     if m.owner and m.owner not in (auditor, victim) and m.owner in ids:
                         claimed[m.owner] = m.ledger_id
                         return True

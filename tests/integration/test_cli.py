@@ -101,3 +101,49 @@ def test_config_check(tmp_path: Path) -> None:
                                  ["shell", "simpletest"], ["shell", "readledger"]])
 def test_help_everywhere(cmd: list[str]) -> None:
     assert "Usage:" in ls(*cmd, "--help").stdout
+
+
+def test_bookiesanity(shared_cluster: LocalCluster) -> None:
+    r = json.loads(shell(shared_cluster, "bookiesanity", "-b", shared_cluster.bookie_id(1), "--json").stdout)
+    assert r == {"bookie": shared_cluster.bookie_id(1), "entries": 10, "result": "ok"}
+    out = ls("shell", "bookiesanity", "--bookie-config", str(shared_cluster.config_path(2)))
+    assert "succeeded" in out.stdout
+
+
+def test_storage_tools_on_a_stopped_bookie(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    import ledgerstore
+
+    cluster: LocalCluster = cluster_factory(3)
+    cluster.start()
+    with ledgerstore.Client(metadata=cluster.metadata) as client:
+        keep = client.create_ledger(3, 3, 3, password=b"pw")
+        for i in range(50):
+            keep.append(b"keep %d" % i)
+        keep.close()
+        drop = client.create_ledger(3, 3, 3, password=b"pw")
+        for i in range(50):
+            drop.append(b"x" * 1000)
+        drop.close()
+        client.delete_ledger(drop.ledger_id)
+    cluster.stop()
+    cfg = str(cluster.config_path(0))
+    mark = json.loads(ls("shell", "lastmark", "--config", cfg, "--json").stdout)
+    assert mark["journal_file_id"] >= 1 and mark["offset"] > 0
+    files = json.loads(ls("shell", "listfilesondisc", "--config", cfg, "--json").stdout)
+    kinds = {f["kind"] for f in files}
+    assert kinds == {"journal", "ledgers"} and any(f["path"].endswith(".log") for f in files)
+    records = json.loads(ls("shell", "readjournal", "--config", cfg, "--json").stdout)
+    assert any(r["type"] == "MASTER_KEY" for r in records)  # the journal since the last mark
+    check = json.loads(ls("shell", "localconsistencycheck", "--config", cfg, "--json").stdout)
+    assert check["ok"] and check["entries_checked"] >= 50
+    logs = [f["path"] for f in files if f["path"].endswith(".log") and "entrylog-" in f["path"]]
+    scan = json.loads(ls("shell", "readlog", logs[0], "-l", str(keep.ledger_id), "--json").stdout)
+    assert scan["clean"] and len(scan["records"]) == 50
+    gc = json.loads(ls("shell", "gc", "--config", cfg, "--major", "--json").stdout)
+    assert drop.ledger_id in gc["deleted_ledgers"]
+    check = json.loads(ls("shell", "localconsistencycheck", "--config", cfg, "--json").stdout)
+    assert check["ok"]
+    out = ls("shell", "bookieformat", "--config", cfg, "--delete-cookie", "-f", "--json")
+    assert json.loads(out.stdout)["cookie_deleted"]
+    cluster.start_bookie(0)  # a formatted bookie joins afresh
+    cluster.wait_registered([0])

@@ -4,6 +4,7 @@ outside any bookie, until SIGTERM/Ctrl-C."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import click
 
@@ -42,7 +43,7 @@ def autorecovery(metadata: str | None, config_path: str | None, process_id: str 
             raise ConfigError("no metadata store: pass --metadata URI, --config bookie.toml or set LEDGERSTORE_METADATA")
         settings = AutoRecoveryConfig()
         client_config = ClientConfig(metadata=metadata)
-    overrides = {"lost_bookie_recovery_delay_s": delay, "audit_interval_s": audit_interval,
+    overrides: dict[str, Any] = {"lost_bookie_recovery_delay_s": delay, "audit_interval_s": audit_interval,
                  "rereplication_entries_per_s": rate, "open_ledger_rereplication_grace_s": grace, "lease_s": lease}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     problems = settings.validate() + client_config.validate()

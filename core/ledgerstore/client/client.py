@@ -120,8 +120,10 @@ class Client:
         digest: str | None = None,
         password: bytes = b"",
         custom_metadata: dict[str, str] | None = None,
+        bookies: list[str] | None = None,
     ) -> LedgerHandle:
-        """Create a ledger on ``ensemble`` bookies and return its writer."""
+        """Create a ledger on ``ensemble`` bookies and return its writer. ``bookies`` names the
+        ensemble explicitly (bypassing the placement policy), e.g. to test one bookie."""
         e = self.config.ensemble if ensemble is None else ensemble
         qw = self.config.write_quorum if write_quorum is None else write_quorum
         qa = self.config.ack_quorum if ack_quorum is None else ack_quorum
@@ -132,8 +134,12 @@ class Client:
             raise InvalidArgumentError(f"unknown digest {dt!r}; choose one of {', '.join(DIGEST_TYPES)}")
         if not isinstance(password, bytes):
             raise InvalidArgumentError("password must be bytes")
-        bookies = await self.bookie_infos(max_age=0)
-        chosen = self.placement.new_ensemble(e, qw, qa, bookies)
+        if bookies is not None:
+            if len(bookies) != e or len(set(bookies)) != e:
+                raise InvalidArgumentError(f"bookies must name {e} distinct bookies, got {bookies}")
+            chosen = list(bookies)
+        else:
+            chosen = self.placement.new_ensemble(e, qw, qa, await self.bookie_infos(max_age=0))
         lid = await self.ledgers.new_ledger_id()
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,

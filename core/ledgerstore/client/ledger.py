@@ -535,8 +535,11 @@ async def recover(client: Client, md: LedgerMetadata, password: bytes) -> Ledger
                 f"{need} answers ({'; '.join(errs)})")
 
     # 2. read forward from the LAC with fencing reads, re-replicating what we find
-    eid = max(lac + 1, 0)
-    last_found = lac
+    # Everything before the last fragment was acknowledged before the ensemble change that
+    # started it, so reading starts in the current fragment even when the bookies' LACs lag
+    # behind it (BookKeeper #2615).
+    eid = max(lac + 1, first_of_fragment, 0)
+    last_found = eid - 1
     handle._lac = 2**62  # recovery reads beyond any LAC
     length = 0
     while True:

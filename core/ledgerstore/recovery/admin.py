@@ -42,7 +42,7 @@ async def ledgers_referencing(client: Client, bookie_id: str) -> list[int]:
 
 
 async def _markers_naming(urm: UnderReplicationManager, bookie_id: str) -> set[int]:
-    return {m.ledger_id for m in await urm.list() if bookie_id in m.missing}
+    return {m.ledger_id for m in await urm.all() if bookie_id in m.missing}
 
 
 async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, timeout: float,

@@ -160,7 +160,7 @@ class UnderReplicationManager:
         """Ids of every marked ledger, ascending."""
         return sorted(int(n) for n in await self.store.children(MARKERS) if n.isdigit())
 
-    async def list(self) -> list[Marker]:
+    async def all(self) -> list[Marker]:
         out = []
         for lid in await self.ledger_ids():
             m = await self.get(lid)

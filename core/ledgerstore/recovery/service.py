@@ -77,19 +77,34 @@ class RecoveryService:
         log.info("auto-recovery started as %s", self.process_id)
 
     async def stop(self) -> None:
+        """Stop the auditor, worker and candidacy, then the client. Each step is bounded, so a
+        stuck peer connection cannot hold up the shutdown of the bookie around this service."""
         if self._decom_sub is not None:
             self._decom_sub.cancel()
-        for t in [*self._tasks, *([self._auditor_task] if self._auditor_task else [])]:
-            t.cancel()
-        for t in [*self._tasks, *([self._auditor_task] if self._auditor_task else [])]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        tasks = [*self._tasks, *([self._auditor_task] if self._auditor_task else [])]
         self._tasks.clear()
         self._auditor_task = None
+        for t in tasks:
+            t.cancel()
+
+        async def drain() -> None:
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+        await self._bounded("stopping the auditor and worker", drain())
         if self.election is not None:
-            with contextlib.suppress(LedgerStoreError):
-                await self.election.stop()
-        await self.client.close()
+            await self._bounded("leaving the auditor election", self.election.stop())
+        await self._bounded("closing the auto-recovery client", self.client.close())
+
+    @staticmethod
+    async def _bounded(what: str, coro: Awaitable[None], timeout: float = 5.0) -> None:
+        try:
+            await asyncio.wait_for(coro, timeout)
+        except TimeoutError:
+            log.warning("auto-recovery shutdown: %s took over %.0fs; going on without it", what, timeout)
+        except LedgerStoreError as exc:
+            log.warning("auto-recovery shutdown: %s failed: %s", what, exc)
 
     @property
     def is_auditor(self) -> bool:

@@ -1,0 +1,46 @@
+"""Access to a log's metadata (its ordered ledger list) for the connector.
+
+The public client API reads and writes logs entry by entry; the connector also needs the ledger
+list itself (to plan partitions and offsets) and a compare-and-set that appends several closed
+ledgers at once (to commit a write job atomically). Both live here, in one place, on top of the
+log metadata manager.
+"""
+
+from __future__ import annotations
+
+import ledgerstore
+from ledgerstore.errors import BadVersionError, LogError
+from ledgerstore.meta.logs import LogManager, LogMetadata, Position
+
+from ledgerstore_spark.clients import run
+
+
+def read_log(client: ledgerstore.Client, name: str) -> LogMetadata | None:
+    """The log's metadata (with its store version), or None if there is no such log."""
+    return run(client, LogManager(client.aio.store).read(name))  # type: ignore[arg-type]
+
+
+def get_or_create_log(client: ledgerstore.Client, name: str) -> LogMetadata:
+    return run(client, LogManager(client.aio.store).get_or_create(name))  # type: ignore[arg-type]
+
+
+def require_log(client: ledgerstore.Client, name: str) -> LogMetadata:
+    md = read_log(client, name)
+    if md is None:
+        raise LogError(f"log {name!r} does not exist in this cluster (list them with `ledgerstore shell listlogs`)")
+    return md
+
+
+def append_ledgers(client: ledgerstore.Client, md: LogMetadata, ledger_ids: list[int]) -> LogMetadata:
+    """CAS ``md`` with ``ledger_ids`` appended, in that order, against ``md.version``.
+
+    BadVersionError if the log changed since ``md`` was read; LogError if a ledger id is not above
+    the log's last one (position order would no longer be log order)."""
+    new = md
+    for lid in ledger_ids:
+        new = new.with_ledger(lid)
+    return run(client, LogManager(client.aio.store).write(new))  # type: ignore[arg-type]
+
+
+__all__ = ["BadVersionError", "LogMetadata", "Position", "append_ledgers", "get_or_create_log", "read_log",
+           "require_log"]
