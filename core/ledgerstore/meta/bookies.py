@@ -60,6 +60,11 @@ class BookieRegistry:
         return await self.writable() + await self.read_only()
 
     async def _list(self, path: str, skip: set[str] | None = None) -> list[BookieInfo]:
+        from ledgerstore.meta.retry import retry_read
+
+        return await retry_read(lambda: self._list_once(path, skip), f"of {path}")
+
+    async def _list_once(self, path: str, skip: set[str] | None = None) -> list[BookieInfo]:
         out = []
         for name in await self.store.children(path):
             if skip and name in skip:

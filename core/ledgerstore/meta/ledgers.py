@@ -152,7 +152,10 @@ class LedgerManager:
         return md
 
     async def read(self, ledger_id: int) -> LedgerMetadata:
-        got = await self.store.get(layout.ledger_path(ledger_id))
+        from ledgerstore.meta.retry import retry_read
+
+        path = layout.ledger_path(ledger_id)
+        got = await retry_read(lambda: self.store.get(path), f"of ledger {ledger_id}")
         if got is None:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist")
         return LedgerMetadata.from_bytes(got.value, got.version)
