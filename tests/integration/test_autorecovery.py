@@ -285,3 +285,41 @@ def test_decommission_live_bookie_under_write_load(cluster_factory, backend: str
             assert code == 0 and json.loads(out) == [], out
 
     run(main())
+
+
+def test_shell_recover_rereplicates_a_dead_bookie_without_any_autorecovery_process(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster: LocalCluster = cluster_factory(4, ClusterConfig("sqlite", "entrylog", "tcp"),
+                                            extra_bookie_config=f"[bookie.metadata_options]\nsession_timeout = {SESSION}\n")
+    cluster.start()
+
+    async def main() -> None:
+        async with Client(metadata=cluster.metadata) as client:
+            payloads, passwords, open_handles = await write_ledgers(client, 20, 20, 256, leave_open=1)
+            code, out = await shell(cluster, "whoisauditor", "--json")
+            assert code == 3 and json.loads(out)["auditor"] is None, out
+            code, out = await shell(cluster, "autorecovery", "--disable", "--json")
+            assert code == 0 and json.loads(out) == {"enabled": False}, out
+            code, out = await shell(cluster, "recover", "127.0.0.1:1", "--json")
+            assert code == 3, out
+
+            gone = cluster.bookie_id(3)
+            cluster.kill(3)
+            await wait_until(lambda: _unregistered(client, gone), 30, f"{gone}'s registration to expire")
+            # an explicit recover works even while auto-recovery is disabled cluster-wide
+            code, out = await shell(cluster, "recover", gone, "--json", "--open-ledger-grace", "0", "--delete-cookie",
+                                    "--timeout", "60")
+            assert code == 0, out
+            result = json.loads(out)
+            assert result["ledgers"] > 0 and result["entries_copied"] > 0 and result["cookie_deleted"]
+            await verify_replicas(client, payloads, passwords, gone)
+            from ledgerstore.meta.bookies import CookieManager
+
+            assert await CookieManager(client.store).get(gone) is None  # type: ignore[arg-type]
+            code, out = await shell(cluster, "listunderreplicated", "--json")
+            assert code == 0 and json.loads(out) == [], out
+
+    run(main())
+
+
+async def _unregistered(client: Client, bookie_id: str) -> bool:
+    return bookie_id not in {b.bookie_id for b in await client.list_bookies()}
