@@ -4,8 +4,10 @@ A write task creates a ledger tagged with custom metadata (``spark_job``, ``part
 ``attempt``), writes its rows to it, closes it and returns its id in its commit message. Nothing is
 visible yet: the ledger is not in the log. The driver's ``commit`` then acts as the log's leader
 for a moment: it fences the log's last two ledgers (so a live writer stops, as when a new leader
-takes over), and appends every task's ledger, ordered by partition id, to the log's ledger list in
-one compare-and-set. A job that fails before that leaves the log as it was; ``abort`` (and
+takes over), and appends every task's ledger to the log's ledger list in one compare-and-set. Each
+task's rows stay together and in order; the tasks' ledgers follow one another in the order they
+were created (ledger ids must increase along a log), which is partition order unless tasks started
+out of order or were retried. A job that fails before that leaves the log as it was; ``abort`` (and
 ``commit``, for retried tasks) delete the job's ledgers that the log does not list.
 
 The streaming sink follows the same rule per micro-batch and makes it exactly-once: the commit of
@@ -141,8 +143,11 @@ def _delete_quietly(client: ledgerstore.Client, ledger_id: int) -> None:
 
 
 def _written(messages: list[WriterCommitMessage | None]) -> list[LedgerWritten]:
+    """The tasks' ledgers in the order they join the log: by ledger id. A log's ledger ids must
+    increase along it, and tasks create their ledgers in whatever order they start (a retried
+    task last), so partition order is kept only where creation order agrees with it."""
     out = [m for m in messages if isinstance(m, LedgerWritten) and m.ledger_id is not None]
-    return sorted(out, key=lambda m: m.partition)
+    return sorted(out, key=lambda m: (m.ledger_id, m.partition))
 
 
 def highest_ledger_id(client: ledgerstore.Client) -> int:
