@@ -24,16 +24,13 @@ import dataclasses
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
-import pyarrow as pa
-from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
-
 import ledgerstore
+import pyarrow as pa
 from ledgerstore.aio import LedgerHandle as AioLedgerHandle
 from ledgerstore.errors import (
     BadVersionError,
@@ -43,6 +40,9 @@ from ledgerstore.errors import (
     LogError,
     NoSuchLedgerError,
 )
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ledgerstore_spark.clients import client_for, run
 from ledgerstore_spark.logmeta import LogMetadata, append_ledgers, get_or_create_log, read_log
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: how many times a commit re-reads the log after losing its compare-and-set
 COMMIT_ATTEMPTS = 20
+#: after aborting, how long to wait for killed task attempts before sweeping their ledgers again
+ABORT_GRACE_S = 3.0
 #: adds in flight per task before it waits for acknowledgements
 APPEND_WINDOW = 20_000
 
@@ -238,6 +240,10 @@ class LedgerStoreBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         client = client_for(self.opts.metadata)
+        sweep(client, self.name, self.floor, self._mine, set())
+        # Spark aborts as soon as one task has failed for good; attempts still running elsewhere
+        # are killed asynchronously and may create their ledger after the first sweep
+        time.sleep(ABORT_GRACE_S)
         sweep(client, self.name, self.floor, self._mine, set())
 
 

@@ -21,9 +21,8 @@ def spark() -> Iterator[Any]:
     # Spark's Python workers must run this interpreter (the one with ledgerstore installed)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import ledgerstore_spark
+    from pyspark.sql import SparkSession
 
     session = (
         SparkSession.builder
