@@ -22,6 +22,10 @@ requests = st.one_of(
     st.builds(codec.ReadLacRequest, u64, u64, key, st.sampled_from([0, codec.FLAG_FENCE])),
     st.builds(codec.LongPollLacRequest, u64, u64, i64, st.integers(0, 2**32 - 1)),
     st.builds(codec.BookieInfoRequest, u64),
+    st.builds(codec.AddBatchRequest, u64, u64, key,
+              st.lists(st.tuples(eid, st.binary(max_size=300)), max_size=20).map(tuple),
+              st.sampled_from([0, codec.FLAG_RECOVERY_ADD])),
+    st.builds(codec.ReadMultiRequest, u64, u64, st.lists(i64, max_size=50).map(tuple)),
 )
 statuses = st.sampled_from(list(Status))
 responses = st.one_of(
@@ -31,6 +35,10 @@ responses = st.one_of(
               st.sampled_from([Op.READ_LAC, Op.LONG_POLL_LAC])),
     st.builds(lambda r, s, f, t, n, ro: codec.Response(Op.BOOKIE_INFO, s, r, free_bytes=f, total_bytes=t, ledgers=n, read_only=ro),
               u64, statuses, u64, u64, u64, st.booleans()),
+    st.builds(lambda r, s, lid, items: codec.Response(Op.ADD_BATCH, s, r, lid, items=items), u64, statuses, u64,
+              st.lists(st.tuples(u64, statuses.map(int)), max_size=30).map(tuple)),
+    st.builds(lambda r, s, lid, items: codec.Response(Op.READ_MULTI, s, r, lid, items=items), u64, statuses, u64,
+              st.lists(st.tuples(i64, statuses.map(int), st.binary(max_size=100)), max_size=20).map(tuple)),
 )
 
 
@@ -79,7 +87,7 @@ def test_random_bytes_never_crash_the_decoder(frame: bytes) -> None:
         pass
 
 
-@given(st.integers(6, 255))
+@given(st.integers(8, 255))
 def test_unknown_opcode_is_refused(op: int) -> None:
     frame = codec.HEADER.pack(codec.PROTOCOL_VERSION, op, 0, 7)
     with pytest.raises(ProtocolError, match="unknown opcode"):
@@ -103,3 +111,15 @@ def test_header_layout_is_stable() -> None:
     """The documented layout (docs/protocol.md): version, op, flags, request id, big-endian."""
     frame = codec.encode_read(0x0102030405060708, 9, 10, b"", codec.FLAG_FENCE)
     assert frame[:12] == struct.pack(">BBHQ", 1, 2, 1, 0x0102030405060708)
+
+
+@given(st.lists(st.tuples(eid, st.binary(max_size=50)), min_size=1, max_size=10), st.data())
+def test_add_batch_lengths_that_lie_are_refused(entries: list[tuple[int, bytes]], data: st.DataObject) -> None:
+    frame = bytearray(codec.encode_add_batch(1, 2, b"k", entries))
+    # claim one more entry than the frame carries, or cut the last one short
+    if data.draw(st.booleans()):
+        struct.pack_into(">I", frame, codec.HEADER_SIZE + 10, len(entries) + 1)
+    else:
+        frame = frame[: len(frame) - 1] if entries[-1][1] else frame + b"x"
+    with pytest.raises(ProtocolError):
+        codec.decode_request(bytes(frame))

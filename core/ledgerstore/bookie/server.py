@@ -446,7 +446,11 @@ class Bookie:
             except ProtocolError as exc:
                 self._bad_request(conn, frame, exc)
                 continue
-            if isinstance(req, codec.AddRequest):
+            if isinstance(req, codec.AddBatchRequest):
+                self._handle_add_batch(conn, req)
+            elif isinstance(req, codec.ReadMultiRequest):
+                self._handle_read_multi(conn, req)
+            elif isinstance(req, codec.AddRequest):
                 self._handle_add(conn, req)
             elif isinstance(req, codec.ReadRequest):
                 self._handle_read(conn, req)
@@ -498,15 +502,7 @@ class Bookie:
     def _handle_add(self, conn: ServerConnection, req: codec.AddRequest) -> None:
         c = self.counters
         c.add_requests += 1
-        status = None
-        if self.read_only or not self._registered_event.is_set():
-            status = Status.READ_ONLY
-        elif self.journal is None or self.journal.failed is not None:
-            status = Status.IO_ERROR
-        else:
-            status = self._check_key(req.ledger_id, req.master_key)
-            if status is None and req.ledger_id in self._fenced and not req.flags & FLAG_RECOVERY_ADD:
-                status = Status.FENCED
+        status = self._add_refusal(req.ledger_id, req.master_key, req.flags)
         entry = req.entry
         if status is None:
             try:
@@ -535,6 +531,98 @@ class Bookie:
             encode_record(ADD, req.ledger_id, req.entry_id, entry),
             (conn, codec.encode_add_response(req.request_id, Status.OK, req.ledger_id, req.entry_id)),
         )
+
+    def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> int | None:
+        """The status refusing every add of a request, or None to go on."""
+        if self.read_only or not self._registered_event.is_set():
+            return Status.READ_ONLY
+        if self.journal is None or self.journal.failed is not None:
+            return Status.IO_ERROR
+        status = self._check_key(ledger_id, key)
+        if status is None and ledger_id in self._fenced and not flags & FLAG_RECOVERY_ADD:
+            return Status.FENCED
+        return status
+
+    def _handle_add_batch(self, conn: ServerConnection, req: codec.AddBatchRequest) -> None:
+        """Many entries of one ledger: one key/fence check, one journal item, one answer once
+        the whole batch is durable."""
+        c = self.counters
+        entries = req.entries
+        c.add_requests += len(entries)
+        lid = req.ledger_id
+        status = self._add_refusal(lid, req.master_key, req.flags)
+        if status is not None:
+            c.rejected_adds[Status(status).name] += len(entries)
+            conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, lid, [(e, status) for e, _ in entries]))
+            return
+        assert self.engine is not None and self.journal is not None
+        add = self.engine.add_entry
+        header = parse_entry_header
+        items: list[tuple[int, int]] = []
+        records: list[bytes] = []
+        max_lac = self._lac.get(lid, -1)
+        nbytes = 0
+        for eid, entry in entries:
+            try:
+                hl, he, lac = header(entry)
+            except LedgerStoreError:
+                hl = he = lac = -1
+            if hl != lid or he != eid:
+                items.append((eid, Status.BAD_REQUEST))
+                continue
+            try:
+                add(lid, eid, entry)
+            except (LedgerStoreError, OSError) as exc:
+                log.error("storage failed to add ledger %d entry %d: %s", lid, eid, exc)
+                items.append((eid, Status.IO_ERROR))
+                continue
+            records.append(encode_record(ADD, lid, eid, entry))
+            items.append((eid, Status.OK))
+            nbytes += len(entry)
+            if lac > max_lac:
+                max_lac = lac
+        c.add_bytes += nbytes
+        if max_lac > self._lac.get(lid, -1):
+            self._lac[lid] = max_lac
+            if lid in self._lac_waiters:
+                self._wake_lac_waiters(lid)
+        frame = codec.encode_add_batch_response(req.request_id, Status.OK, lid, items)
+        if records:
+            self.journal.append(b"".join(records), (conn, frame))
+        else:
+            conn.send(frame)
+
+    def _handle_read_multi(self, conn: ServerConnection, req: codec.ReadMultiRequest) -> None:
+        """Many entries in one answer, up to the frame limit; the rest are answered
+        TOO_MANY_REQUESTS for the client to ask again."""
+        assert self.engine is not None
+        self.counters.read_requests += len(req.entry_ids)
+        get = self.engine.get_entry
+        budget = self.config.max_frame_size - 64 - 14 * len(req.entry_ids)
+        items: list[tuple[int, int, bytes]] = []
+        for eid in req.entry_ids:
+            if budget <= 0:
+                items.append((eid, Status.TOO_MANY_REQUESTS, b""))
+                continue
+            try:
+                data = get(req.ledger_id, eid)
+            except NoSuchLedgerError:
+                items.append((eid, Status.NO_SUCH_LEDGER, b""))
+                continue
+            except NoSuchEntryError:
+                items.append((eid, Status.NO_SUCH_ENTRY, b""))
+                continue
+            except (BookieIOError, OSError) as exc:
+                log.error("read of ledger %d entry %d failed: %s", req.ledger_id, eid, exc)
+                items.append((eid, Status.IO_ERROR, b""))
+                continue
+            if len(data) > budget:
+                items.append((eid, Status.TOO_MANY_REQUESTS, b""))
+                budget = 0
+                continue
+            budget -= len(data)
+            items.append((eid, Status.OK, data))
+        conn.send(codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items))
 
     def _on_durable(self, tokens: list[Any]) -> None:
         """A journal group is on disk: answer every request waiting for it (on the loop)."""

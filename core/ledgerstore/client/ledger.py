@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: most entries in one ADD_BATCH frame
+_BATCH_ENTRIES = 4096
+#: entries read per round of READ_MULTI requests, and per request
+_READ_WINDOW = 20_000
+_READ_MULTI_ENTRIES = 2_000
 _BOOKIE_FAILURES = frozenset({Status.IO_ERROR, Status.READ_ONLY, Status.TOO_MANY_REQUESTS, Status.BAD_REQUEST})
 
 
@@ -96,14 +101,57 @@ class ReadHandle:
             raise NoSuchEntryError(
                 f"entry {last} of ledger {self.ledger_id} is beyond the last add confirmed ({self._lac}); "
                 "call read_last_add_confirmed() or pass allow_beyond_lac=True")
-        window = 512
         out: list[Entry] = []
         eid = first
         while eid <= last:
-            hi = min(last, eid + window - 1)
-            out.extend(await asyncio.gather(*(self.read_entry(e) for e in range(eid, hi + 1))))
+            hi = min(last, eid + _READ_WINDOW - 1)
+            out.extend(await self._read_range(eid, hi))
             eid = hi + 1
         return out
+
+    async def _read_range(self, first: int, last: int) -> list[Entry]:
+        """Ask each entry's preferred replica, many entries per READ_MULTI request; anything not
+        answered with a valid copy goes through :meth:`read_entry` (fallback, speculation)."""
+        md = self.md
+        plan: dict[str, list[int]] = {}
+        orders: dict[tuple[int, int], str] = {}
+        e_size = md.ensemble_size
+        for eid in range(first, last + 1):
+            frag_first, ensemble = md.ensemble_for(eid)
+            key = (frag_first, eid % e_size)
+            bid = orders.get(key)
+            if bid is None:
+                order = self.client._read_order(ensemble, md.write_set(eid))
+                bid = orders[key] = ensemble[order[0]]
+            ids = plan.get(bid)
+            if ids is None:
+                plan[bid] = [eid]
+            else:
+                ids.append(eid)
+        timeout = self.client.config.read_timeout_s
+        lid = self.ledger_id
+        futs = []
+        for bid, ids in plan.items():
+            ch = self.client.pool.get(bid)
+            for i in range(0, len(ids), _READ_MULTI_ENTRIES):
+                chunk = ids[i : i + _READ_MULTI_ENTRIES]
+                futs.append(ch.request(lambda rid, chunk=chunk: codec.encode_read_multi(rid, lid, chunk), timeout))
+        got: dict[int, Entry] = {}
+        verify = self.digest.verify
+        for r in await asyncio.gather(*futs, return_exceptions=True):
+            if not isinstance(r, codec.Response) or r.status != Status.OK:
+                continue
+            for item in r.items:
+                if item[1] == Status.OK:
+                    try:
+                        got[item[0]] = verify(item[2], item[0])  # type: ignore[arg-type]
+                    except DigestMismatchError:
+                        pass  # the fallback asks the other replicas
+        missing = [e for e in range(first, last + 1) if e not in got]
+        if missing:
+            for e, entry in zip(missing, await asyncio.gather(*(self.read_entry(e) for e in missing)), strict=True):
+                got[e] = entry
+        return [got[e] for e in range(first, last + 1)]
 
     async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000) -> AsyncIterator[Entry]:
         """Iterate entries in batches (bounded memory)."""
@@ -258,6 +306,8 @@ class LedgerHandle(ReadHandle):
         self._space = asyncio.Event()
         self._space.set()
         self._ensemble_task: asyncio.Task[None] | None = None
+        self._batches: dict[str, list[tuple[_PendingAdd, int]]] = {}
+        self._flush_scheduled = False
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
         self.ack_observer: Callable[[int, str], None] | None = None
 
@@ -298,36 +348,80 @@ class LedgerHandle(ReadHandle):
         return await self.append_async(payload)
 
     def _send(self, pa: _PendingAdd, only: set[int] | None = None) -> None:
+        """Queue ``pa`` for its write set's bookies; all adds queued in one loop iteration go to
+        each bookie as one ADD_BATCH frame."""
         md = self.md
         _, ensemble = md.ensemble_for(pa.entry_id)
-        pool = self.client.pool
-        timeout = self.client.config.add_timeout_s
+        batches = self._batches
         for idx in md.write_set(pa.entry_id):
             if only is not None and idx not in only:
                 continue
             bid = ensemble[idx]
             pa.sent_to[idx] = bid
-            ch = pool.get(bid)
-            rid = ch.next_rid()
-            ch.send(
-                rid,
-                codec.encode_add(rid, self.ledger_id, pa.entry_id, self.master_key, pa.data),
-                lambda resp, exc, pa=pa, idx=idx, bid=bid: self._on_add_response(pa, idx, bid, resp, exc),
-                timeout,
-            )
+            b = batches.get(bid)
+            if b is None:
+                batches[bid] = [(pa, idx)]
+            else:
+                b.append((pa, idx))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.client.loop.call_soon(self._flush_batches)
 
-    def _on_add_response(self, pa: _PendingAdd, idx: int, bid: str, resp: codec.Response | None,
-                         exc: BaseException | None) -> None:
-        if pa.done or pa.sent_to.get(idx) != bid:
-            return  # a late answer for an entry already acknowledged, or from a replaced bookie
-        if resp is not None and resp.status == Status.OK:
-            pa.acked.add(idx)
-            if self.ack_observer is not None:
-                self.ack_observer(pa.entry_id, bid)
-            if len(pa.acked) >= self.md.ack_quorum:
+    def _flush_batches(self) -> None:
+        self._flush_scheduled = False
+        batches, self._batches = self._batches, {}
+        pool = self.client.pool
+        timeout = self.client.config.add_timeout_s
+        limit = self.client.config.max_frame_size // 2
+        for bid, items in batches.items():
+            ch = pool.get(bid)
+            start = 0
+            while start < len(items):
+                size = 0
+                end = start
+                while end < len(items) and end - start < _BATCH_ENTRIES and (size < limit or end == start):
+                    size += len(items[end][0].data) + 12
+                    end += 1
+                chunk = items[start:end]
+                start = end
+                rid = ch.next_rid()
+                frame = codec.encode_add_batch(rid, self.ledger_id, self.master_key,
+                                               [(pa.entry_id, pa.data) for pa, _ in chunk])
+                ch.send(rid, frame, lambda resp, exc, chunk=chunk, bid=bid: self._on_batch_response(chunk, bid, resp, exc),
+                        timeout)
+
+    def _on_batch_response(self, chunk: list[tuple[_PendingAdd, int]], bid: str, resp: codec.Response | None,
+                           exc: BaseException | None) -> None:
+        observer = self.ack_observer
+        if resp is not None and resp.status == Status.OK and len(resp.items) == len(chunk):
+            aq = self.md.ack_quorum
+            progressed = False
+            for (pa, idx), item in zip(chunk, resp.items, strict=True):
+                if pa.done or pa.sent_to.get(idx) != bid:
+                    continue  # late answer for an acknowledged entry, or from a replaced bookie
+                if item[1] == Status.OK:
+                    pa.acked.add(idx)
+                    if observer is not None:
+                        observer(pa.entry_id, bid)
+                    if len(pa.acked) >= aq:
+                        progressed = True
+                else:
+                    self._add_failed(pa, idx, bid, int(item[1]), None)
+                    if self._error is not None:
+                        return
+            if progressed:
                 self._complete()
             return
         status = resp.status if resp is not None else None
+        if resp is not None and status == Status.OK:  # answered, but not for these entries
+            status = Status.BAD_REQUEST
+        for pa, idx in chunk:
+            if not pa.done and pa.sent_to.get(idx) == bid:
+                self._add_failed(pa, idx, bid, status, exc)
+                if self._error is not None:
+                    return
+
+    def _add_failed(self, pa: _PendingAdd, idx: int, bid: str, status: int | None, exc: BaseException | None) -> None:
         if status == Status.FENCED:
             self._fail_all(LedgerFencedError(
                 f"ledger {self.ledger_id} was fenced (recovery by another client); entries from "
@@ -336,7 +430,11 @@ class LedgerHandle(ReadHandle):
         if status == Status.UNAUTHORIZED:
             self._fail_all(UnauthorizedAccessError(f"bookie {bid} refused the master key of ledger {self.ledger_id}"))
             return
-        reason = exc if exc is not None else error_for_status(status or 0, f"bookie {bid} answered {Status(status).name if status in Status._value2member_map_ else status}")
+        if exc is not None:
+            reason: BaseException = exc
+        else:
+            name = Status(status).name if status in Status._value2member_map_ else str(status)
+            reason = error_for_status(status or 0, f"bookie {bid} answered {name}")
         pa.failed.add(idx)
         self._bookie_failed(bid, reason)
 
@@ -426,8 +524,9 @@ class LedgerHandle(ReadHandle):
                             f"ledger {self.ledger_id} is {fresh.state.value} (recovered by another client) "
                             "while replacing a failed bookie"))
                         return
-                    # someone else (auto-recovery) changed it: keep our fragments, take their version
-                    md.version = fresh.version
+                    # someone else (auto-recovery) swapped bookies in earlier fragments: start again
+                    # from their metadata, which holds our current fragment too
+                    self.md = fresh
                     continue
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
                 notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)

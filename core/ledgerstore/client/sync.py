@@ -94,31 +94,47 @@ class LedgerHandle(ReadHandle):
 
     _h: aio_ledger.LedgerHandle
 
+    def __init__(self, owner: Client, handle: aio_ledger.LedgerHandle) -> None:
+        super().__init__(owner, handle)
+        self._inbox: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._inbox_lock = threading.Lock()
+        self._drain_scheduled = False
+
     def append(self, payload: bytes) -> int:
         """Add an entry; blocks until it is acknowledged and returns its entry id."""
         return self.append_async(payload).result()
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future[int]:
-        """Queue an add; the future resolves to the entry id (acks complete in entry order)."""
+        """Queue an add; the future resolves to the entry id (acks complete in entry order).
+
+        Adds queued from this thread while the client's loop is busy are handed over in one
+        wake-up, not one per entry."""
         out: concurrent.futures.Future[int] = concurrent.futures.Future()
-        loop = self._owner._lt.loop
-        h = self._h
-
-        def start() -> None:
-            fut = h.append_async(payload)
-
-            def relay(f: asyncio.Future[int]) -> None:
-                if f.cancelled():
-                    out.cancel()
-                elif f.exception() is not None:
-                    out.set_exception(f.exception())  # type: ignore[arg-type]
-                else:
-                    out.set_result(f.result())
-
-            fut.add_done_callback(relay)
-
-        loop.call_soon_threadsafe(start)
+        with self._inbox_lock:
+            self._inbox.append((payload, out))
+            wake = not self._drain_scheduled
+            self._drain_scheduled = True
+        if wake:
+            self._owner._lt.loop.call_soon_threadsafe(self._drain)
         return out
+
+    def _drain(self) -> None:
+        with self._inbox_lock:
+            items = self._inbox
+            self._inbox = []
+            self._drain_scheduled = False
+        h = self._h
+        for payload, out in items:
+            h.append_async(payload).add_done_callback(lambda f, out=out: _relay(f, out))
+
+
+def _relay(f: asyncio.Future[int], out: concurrent.futures.Future[int]) -> None:
+    if f.cancelled():
+        out.cancel()
+    elif f.exception() is not None:
+        out.set_exception(f.exception())  # type: ignore[arg-type]
+    else:
+        out.set_result(f.result())
 
 
 class Client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +21,12 @@ from ledgerstore.errors import (
 from ledgerstore.meta import layout
 
 FORMAT_VERSION = 1
+
+
+@functools.lru_cache(maxsize=64)
+def _write_sets(ensemble_size: int, write_quorum: int) -> tuple[tuple[int, ...], ...]:
+    """The E distinct write sets of a striping, by ``entry_id % E``."""
+    return tuple(tuple((start + i) % ensemble_size for i in range(write_quorum)) for start in range(ensemble_size))
 
 
 class LedgerState(enum.StrEnum):
@@ -56,6 +63,9 @@ class LedgerMetadata:
 
     def ensemble_for(self, entry_id: int) -> tuple[int, list[str]]:
         """The fragment (first entry, bookies) that holds ``entry_id``."""
+        last = self.ensembles[-1]
+        if entry_id >= last[0]:  # the common case: the current fragment
+            return last
         firsts = [f for f, _ in self.ensembles]
         i = bisect.bisect_right(firsts, entry_id) - 1
         return self.ensembles[max(i, 0)]
@@ -64,10 +74,9 @@ class LedgerMetadata:
     def current_ensemble(self) -> list[str]:
         return self.ensembles[-1][1]
 
-    def write_set(self, entry_id: int) -> list[int]:
+    def write_set(self, entry_id: int) -> tuple[int, ...]:
         """Indexes into the ensemble of the bookies that store ``entry_id`` (striping)."""
-        e = self.ensemble_size
-        return [(entry_id + i) % e for i in range(self.write_quorum)]
+        return _write_sets(self.ensemble_size, self.write_quorum)[entry_id % self.ensemble_size]
 
     def fragment_ranges(self) -> list[tuple[int, int, list[str]]]:
         """(first, last, bookies) for each fragment; ``last`` is -1-bounded by the ledger's end

@@ -28,6 +28,10 @@ class Op(enum.IntEnum):
     READ_LAC = 3
     LONG_POLL_LAC = 4
     BOOKIE_INFO = 5
+    #: many entries of one ledger in one frame; one answer with a status per entry
+    ADD_BATCH = 6
+    #: many entries of one ledger in one request; one answer carrying them
+    READ_MULTI = 7
 
 
 class Status(enum.IntEnum):
@@ -58,6 +62,16 @@ _R_ADD = struct.Struct(">QQ")
 _R_READ = struct.Struct(">Qq")  # then entry bytes when OK
 _R_LAC = struct.Struct(">Qqq")  # ledger, lac, last entry stored
 _R_INFO = struct.Struct(">QQQB")  # free bytes, total bytes, ledgers, read-only
+
+_ADD_BATCH = struct.Struct(">QHI")  # ledger, key length, count; then key, then count x (u64 entry, u32 length, bytes)
+_BATCH_ITEM = struct.Struct(">QI")
+_READ_MULTI = struct.Struct(">QI")  # ledger, count; then count x i64 entry
+_R_BATCH = struct.Struct(">QI")  # ledger, count; then items
+_R_ADD_ITEM = struct.Struct(">QH")  # entry, status
+_R_READ_ITEM = struct.Struct(">qHI")  # entry, status, length; then bytes
+_I64 = struct.Struct(">q")
+#: most entries one batch frame may carry
+MAX_BATCH = 65536
 
 _STATUS_VALUES = frozenset(int(s) for s in Status)
 
@@ -100,7 +114,22 @@ class BookieInfoRequest(NamedTuple):
     request_id: int
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | LongPollLacRequest | BookieInfoRequest
+class AddBatchRequest(NamedTuple):
+    request_id: int
+    ledger_id: int
+    master_key: bytes
+    entries: tuple[tuple[int, bytes], ...]
+    flags: int = 0
+
+
+class ReadMultiRequest(NamedTuple):
+    request_id: int
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+
+
+Request = (AddRequest | ReadRequest | ReadLacRequest | LongPollLacRequest | BookieInfoRequest | AddBatchRequest
+           | ReadMultiRequest)
 
 
 class Response(NamedTuple):
@@ -118,6 +147,8 @@ class Response(NamedTuple):
     total_bytes: int = 0
     ledgers: int = 0
     read_only: bool = False
+    #: ADD_BATCH: ((entry, status), ...); READ_MULTI: ((entry, status, bytes), ...)
+    items: tuple[tuple[int, ...] | tuple[int, int, bytes], ...] = ()
 
 
 # --- encoding ------------------------------------------------------------------------------------
@@ -160,6 +191,40 @@ def encode_bookie_info(request_id: int) -> bytes:
     return HEADER.pack(PROTOCOL_VERSION, Op.BOOKIE_INFO, 0, request_id)
 
 
+def encode_add_batch(request_id: int, ledger_id: int, master_key: bytes, entries: list[tuple[int, bytes]] |
+                     tuple[tuple[int, bytes], ...], flags: int = 0) -> bytes:
+    """Many entries of one ledger in one frame (the hot path of a pipelining writer)."""
+    parts = [HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, flags, request_id),
+             _ADD_BATCH.pack(ledger_id, len(master_key), len(entries)), master_key]
+    item = _BATCH_ITEM.pack
+    for eid, data in entries:
+        parts.append(item(eid, len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def encode_read_multi(request_id: int, ledger_id: int, entry_ids: list[int] | tuple[int, ...]) -> bytes:
+    return b"".join((HEADER.pack(PROTOCOL_VERSION, Op.READ_MULTI, 0, request_id),
+                     _READ_MULTI.pack(ledger_id, len(entry_ids)),
+                     struct.pack(f">{len(entry_ids)}q", *entry_ids)))
+
+
+def encode_add_batch_response(request_id: int, status: int, ledger_id: int, items: list[tuple[int, int]]) -> bytes:
+    return b"".join((HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, status, request_id),
+                     _R_BATCH.pack(ledger_id, len(items)),
+                     b"".join([_R_ADD_ITEM.pack(e, st) for e, st in items])))
+
+
+def encode_read_multi_response(request_id: int, status: int, ledger_id: int,
+                               items: list[tuple[int, int, bytes]]) -> bytes:
+    parts = [HEADER.pack(PROTOCOL_VERSION, Op.READ_MULTI, status, request_id), _R_BATCH.pack(ledger_id, len(items))]
+    pack = _R_READ_ITEM.pack
+    for e, st, data in items:
+        parts.append(pack(e, st, len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
 def encode_request(req: Request) -> bytes:
     """Encode any request message (convenience for tests and tools; hot paths call the
     specific encoders)."""
@@ -173,6 +238,10 @@ def encode_request(req: Request) -> bytes:
         return encode_long_poll_lac(req.request_id, req.ledger_id, req.known_lac, req.timeout_ms)
     if isinstance(req, BookieInfoRequest):
         return encode_bookie_info(req.request_id)
+    if isinstance(req, AddBatchRequest):
+        return encode_add_batch(req.request_id, req.ledger_id, req.master_key, req.entries, req.flags)
+    if isinstance(req, ReadMultiRequest):
+        return encode_read_multi(req.request_id, req.ledger_id, req.entry_ids)
     raise TypeError(f"not a request: {req!r}")
 
 
@@ -217,6 +286,12 @@ def encode_response(resp: Response) -> bytes:
         return encode_bookie_info_response(
             resp.request_id, resp.status, resp.free_bytes, resp.total_bytes, resp.ledgers, resp.read_only
         )
+    if op == Op.ADD_BATCH:
+        return encode_add_batch_response(resp.request_id, resp.status, resp.ledger_id,
+                                         [(int(i[0]), int(i[1])) for i in resp.items])
+    if op == Op.READ_MULTI:
+        return encode_read_multi_response(resp.request_id, resp.status, resp.ledger_id,
+                                          [(int(i[0]), int(i[1]), bytes(i[2])) for i in resp.items])  # type: ignore[misc]
     raise TypeError(f"unknown op {op!r}")
 
 
@@ -274,7 +349,44 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         if len(frame) != h:
             raise ProtocolError(f"bookie-info request must be {h} bytes, got {len(frame)}")
         return BookieInfoRequest(rid)
+    if op == Op.ADD_BATCH:
+        return _decode_add_batch(frame, rid, flags)
+    if op == Op.READ_MULTI:
+        _check(frame, h + _READ_MULTI.size, "read-multi request")
+        lid, count = _READ_MULTI.unpack_from(frame, h)
+        start = h + _READ_MULTI.size
+        if count > MAX_BATCH or len(frame) != start + 8 * count:
+            raise ProtocolError(f"read-multi request of {len(frame)} bytes does not hold {count} entry ids")
+        return ReadMultiRequest(rid, lid, struct.unpack_from(f">{count}q", frame, start))
     raise ProtocolError(f"unknown opcode {op}")
+
+
+def _decode_add_batch(frame: bytes, rid: int, flags: int) -> AddBatchRequest:
+    h = HEADER_SIZE
+    _check(frame, h + _ADD_BATCH.size, "add-batch request")
+    lid, klen, count = _ADD_BATCH.unpack_from(frame, h)
+    if count > MAX_BATCH:
+        raise ProtocolError(f"add-batch of {count} entries exceeds the limit of {MAX_BATCH}")
+    pos = h + _ADD_BATCH.size
+    _check(frame, pos + klen, "add-batch master key")
+    key = frame[pos : pos + klen]
+    pos += klen
+    n = len(frame)
+    unpack = _BATCH_ITEM.unpack_from
+    isz = _BATCH_ITEM.size
+    entries = []
+    for _ in range(count):
+        if n - pos < isz:
+            raise ProtocolError(f"truncated add-batch: {len(entries)} of {count} entries")
+        eid, size = unpack(frame, pos)
+        pos += isz
+        if size > n - pos or eid > 0x7FFF_FFFF_FFFF_FFFF:
+            raise ProtocolError(f"add-batch entry {eid} of {size} bytes does not fit the frame")
+        entries.append((eid, frame[pos : pos + size]))
+        pos += size
+    if pos != n:
+        raise ProtocolError(f"add-batch frame has {n - pos} bytes after its {count} entries")
+    return AddBatchRequest(rid, lid, key, tuple(entries), flags)
 
 
 def decode_response(frame: bytes) -> Response:
@@ -285,7 +397,7 @@ def decode_response(frame: bytes) -> Response:
     if status not in _STATUS_VALUES:
         raise ProtocolError(f"unknown status {status} in response to request {rid}")
     h = HEADER_SIZE
-    if op not in (1, 2, 3, 4, 5):
+    if op not in (1, 2, 3, 4, 5, 6, 7):
         raise ProtocolError(f"unknown opcode {op} in response")
     if len(frame) == h and status != Status.OK:
         return Response(Op(op), status, rid)
@@ -303,6 +415,32 @@ def decode_response(frame: bytes) -> Response:
             raise ProtocolError(f"LAC response must be {h + _R_LAC.size} bytes, got {len(frame)}")
         lid, lac, last = _R_LAC.unpack_from(frame, h)
         return Response(Op(op), status, rid, lid, lac=lac, last_entry_id=last)
+    if op == Op.ADD_BATCH:
+        _check(frame, h + _R_BATCH.size, "add-batch response")
+        lid, count = _R_BATCH.unpack_from(frame, h)
+        start = h + _R_BATCH.size
+        if len(frame) != start + _R_ADD_ITEM.size * count:
+            raise ProtocolError(f"add-batch response of {len(frame)} bytes does not hold {count} results")
+        flat = struct.unpack_from(f">{'QH' * count}", frame, start)
+        return Response(Op.ADD_BATCH, status, rid, lid, items=tuple(zip(flat[::2], flat[1::2], strict=True)))
+    if op == Op.READ_MULTI:
+        _check(frame, h + _R_BATCH.size, "read-multi response")
+        lid, count = _R_BATCH.unpack_from(frame, h)
+        pos = h + _R_BATCH.size
+        items: list[tuple[int, int, bytes]] = []
+        isz = _R_READ_ITEM.size
+        for _ in range(count):
+            if len(frame) - pos < isz:
+                raise ProtocolError(f"truncated read-multi response: {len(items)} of {count} entries")
+            e, st, size = _R_READ_ITEM.unpack_from(frame, pos)
+            pos += isz
+            if size > len(frame) - pos:
+                raise ProtocolError(f"read-multi entry {e} of {size} bytes does not fit the frame")
+            items.append((e, st, frame[pos : pos + size]))
+            pos += size
+        if pos != len(frame):
+            raise ProtocolError(f"read-multi response has {len(frame) - pos} bytes after its {count} entries")
+        return Response(Op.READ_MULTI, status, rid, lid, items=tuple(items))
     if len(frame) != h + _R_INFO.size:
         raise ProtocolError(f"bookie-info response must be {h + _R_INFO.size} bytes, got {len(frame)}")
     free, total, ledgers, ro = _R_INFO.unpack_from(frame, h)
