@@ -86,7 +86,8 @@ class LocalCluster:
                 'journal_dir = "journal"\n'
                 'ledger_dirs = ["ledgers"]\n'
                 f'storage = "{self.storage}"\n'
-                "flush_interval_ms = 10000\n" + self.extra
+                + ("" if "flush_interval_ms" in self.extra else "flush_interval_ms = 10000\n")
+                + self.extra
             )
 
     def start_bookie(self, i: int) -> subprocess.Popen[bytes]:

@@ -1,0 +1,558 @@
+"""Run the performance target table in one go; write a JSON result and a Markdown table.
+
+Usage::
+
+    python benchmarks/run_all.py                                  # ~3 minutes, 10 s per row
+    python benchmarks/run_all.py --duration 30 --memory-entries 2000000 --profile-dir benchmarks/results/profiles
+    python benchmarks/run_all.py --tiny --json-out /tmp/r.json --md-out /tmp/r.md   # shape check, ~20 s
+
+Rows (every bookie fsyncs its journal before it acknowledges, the default):
+
+1. 3 bookies, E=3 Qw=3 Qa=2, 100 B entries, one client: entries/s (target >= 150,000)
+2. the same with 1 KB entries: MB/s (target >= 150)
+3. 1 bookie, E=Qw=Qa=1, 100 B: entries/s (target >= 300,000)
+4. add latency at a fixed 10,000 adds/s, E=3 Qw=3 Qa=2: p99 (target <= 10 ms)
+5. sequential read of the closed ledger written by row 1: entries/s (target >= 300,000)
+6. Redis 7 ``XADD`` (``appendonly yes``, ``appendfsync always``, pipelined, same entry size) in
+   the same run: row 1 over Redis's entries/s (target >= 3)
+
+Throughput rows use ``ledgerstore.bench.run_writes`` / ``run_reads`` (the ``ledgerstore bench``
+workloads) against bookie processes started by ``ledgerstore.cluster.LocalCluster`` in a temporary
+directory; this process is the one client. The latency row issues adds on a fixed schedule and
+measures each add from the time it was *due*, so a client that falls behind its schedule shows up
+in the latency instead of silently lowering the rate (no coordinated omission).
+
+Also measured: bookie RSS while writing ``--memory-entries`` entries (with the slope per million
+entries) and client RSS with 10,000 adds outstanding (the bookies are paused with SIGSTOP so
+that the adds stay outstanding). ``--profile-dir`` adds py-spy profiles (raw collapsed stacks) of
+the client and one bookie during writes and during reads, with a top self-time summary; the
+profiled runs are separate from the measured ones because py-spy takes CPU from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import functools
+import gc
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ledgerstore.aio import Client
+from ledgerstore.bench import LatencyRecorder, ReadOptions, WriteOptions, run_reads, run_writes
+from ledgerstore.cluster import LocalCluster
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore.runtime import install_fast_loop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from redis_xadd import RedisBenchError, run_xadd  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PASSWORD = b"ledgerstore-bench"
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the target table."""
+
+    key: str
+    name: str
+    metric: str
+    unit: str
+    target: float
+    #: ">=" (higher is better) or "<=" (lower is better)
+    op: str
+    measured: float | None = None
+    passed: bool | None = None
+    skipped: str | None = None
+    load_before: str = ""
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def settle(self, measured: float) -> None:
+        self.measured = measured
+        self.passed = measured >= self.target if self.op == ">=" else measured <= self.target
+
+    def status(self) -> str:
+        if self.skipped is not None:
+            return "skipped"
+        return "pass" if self.passed else "FAIL"
+
+
+def _rows() -> dict[str, Row]:
+    rows = [
+        Row("write_100b_e3", "3 bookies, E=3 Qw=3 Qa=2, 100 B entries, one client", "entries/s", "entries/s",
+            150_000, ">="),
+        Row("write_1kb_e3", "3 bookies, E=3 Qw=3 Qa=2, 1 KB entries, one client", "MB/s", "MB/s", 150, ">="),
+        Row("write_100b_e1", "1 bookie, E=Qw=Qa=1, 100 B entries", "entries/s", "entries/s", 300_000, ">="),
+        Row("latency_10k", "add latency at 10,000 entries/s (rate-limited), E=3 Qw=3 Qa=2, 100 B", "p99", "ms",
+            10.0, "<="),
+        Row("read_seq_100b", "sequential read of a closed ledger, 100 B (E=3 Qw=3 Qa=2)", "entries/s", "entries/s",
+            300_000, ">="),
+        Row("vs_redis", "Redis 7 XADD, appendonly yes, appendfsync always, pipelined, 100 B, same run",
+            "ledgerstore / Redis entries/s", "x", 3.0, ">="),
+    ]
+    return {r.key: r for r in rows}
+
+
+def uptime() -> str:
+    """The machine's load as ``uptime`` prints it (load averages over 1, 5 and 15 minutes)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of process ``pid`` in MB (10^6 bytes), from /proc."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    raise LedgerStoreError(f"no VmRSS for process {pid}")
+
+
+def _slope(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of (entries, MB) points, in MB per million entries."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return round(sum((x - mx) * (y - my) for x, y in points) / sxx * 1e6, 2)
+
+
+# --- workloads not in ledgerstore.bench -----------------------------------------------------------
+
+async def rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
+                            write_quorum: int, ack_quorum: int) -> dict[str, Any]:
+    """Append ``rate`` entries per second for ``duration`` seconds on a fixed schedule; each
+    add's latency runs from its scheduled time to its acknowledgement."""
+    lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
+    payload = os.urandom(entry_size)
+    rec = LatencyRecorder()
+    errors: list[BaseException] = []
+    total = max(1, int(rate * duration))
+    futs = []
+
+    def done(due: float, fut: asyncio.Future[int]) -> None:
+        now = time.perf_counter()
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            errors.append(exc)
+        else:
+            rec.record(now - due)
+
+    start = time.perf_counter()
+    issued = 0
+    max_lag = 0.0
+    while issued < total:
+        now = time.perf_counter()
+        due_n = min(total, int((now - start) * rate) + 1)
+        max_lag = max(max_lag, now - (start + issued / rate))
+        while issued < due_n:
+            fut = lh.append_async(payload)
+            fut.add_done_callback(functools.partial(done, start + issued / rate))
+            futs.append(fut)
+            issued += 1
+        await asyncio.sleep(max(0.0, start + issued / rate - time.perf_counter()))
+    issue_seconds = time.perf_counter() - start
+    await asyncio.gather(*futs, return_exceptions=True)
+    await lh.close()
+    await client.delete_ledger(lh.ledger_id)
+    return {
+        "rate_target": rate, "entries": issued, "issue_seconds": round(issue_seconds, 3),
+        "rate_achieved": round(issued / issue_seconds, 1) if issue_seconds else 0.0,
+        "max_schedule_lag_ms": round(max_lag * 1000, 3), "errors": len(errors),
+        "first_error": repr(errors[0]) if errors else None, "latency_ms": rec.summary_ms(),
+    }
+
+
+async def client_rss_with_outstanding(client: Client, cluster: LocalCluster, outstanding: int,
+                                      entry_size: int) -> dict[str, Any]:
+    """Client memory with ``outstanding`` adds in flight: the bookies are paused (SIGSTOP) while
+    the adds are issued and sent, so none can be acknowledged, then resumed (SIGCONT)."""
+    lh = await client.create_ledger(3, 3, 2, password=PASSWORD)
+    payload = os.urandom(entry_size)
+    await asyncio.gather(*(lh.append_async(payload) for _ in range(1000)))  # connections up, buffers sized
+    gc.collect()
+    pid = os.getpid()
+    before = rss_mb(pid)
+    pids = [p.pid for p in cluster.procs.values()]
+    tracemalloc.start()
+    base_traced = tracemalloc.get_traced_memory()[0]
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        futs = [lh.append_async(payload) for _ in range(outstanding)]
+        await asyncio.sleep(0.5)  # let the batches be encoded and written to the sockets
+        in_flight = sum(not f.done() for f in futs)
+        traced = tracemalloc.get_traced_memory()[0] - base_traced
+        during = rss_mb(pid)
+    finally:
+        tracemalloc.stop()
+        for p in pids:
+            os.kill(p, signal.SIGCONT)
+    await asyncio.gather(*futs)
+    await lh.close()
+    await client.delete_ledger(lh.ledger_id)
+    return {
+        "outstanding": in_flight, "entry_size": entry_size, "rss_before_mb": round(before, 1),
+        "rss_with_outstanding_mb": round(during, 1), "rss_delta_mb": round(during - before, 1),
+        "python_heap_delta_mb": round(traced / 1e6, 2),
+        "python_heap_bytes_per_add": round(traced / max(in_flight, 1)),
+    }
+
+
+async def bookie_rss_while_writing(client: Client, pid: int, entries: int, already: int) -> dict[str, Any]:
+    """Write ``entries`` 100 B entries (E=Qw=Qa=1) and sample the bookie's RSS as they are
+    acknowledged; ``already`` is how many entries the bookie stored before."""
+    samples: list[tuple[int, float]] = []
+    last = [-1]
+    step = max(1, entries // 20)
+
+    def tick(_elapsed: float, done: int) -> None:
+        if done // step != last[0]:
+            last[0] = done // step
+            samples.append((already + done, round(rss_mb(pid), 1)))
+
+    samples.append((already, round(rss_mb(pid), 1)))
+    res = await run_writes(client, WriteOptions(ensemble=1, write_quorum=1, ack_quorum=1, entry_size=100,
+                                                count=entries, keep_ledgers=True), tick)
+    samples.append((already + res.entries, round(rss_mb(pid), 1)))
+    return {
+        "entries_written_by_this_run": res.entries, "entries_on_bookie": already + res.entries,
+        "entries_per_s": res.entries_per_s, "rss_mb_start": samples[0][1], "rss_mb_end": samples[-1][1],
+        "slope_mb_per_million_entries": _slope(samples[1:] if len(samples) > 3 else samples),
+        "samples": samples, "ledger_ids": res.ledger_ids,
+    }
+
+
+# --- profiles -------------------------------------------------------------------------------------
+
+def _pyspy() -> str | None:
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+def start_profile(pid: int, out: Path, seconds: float, rate: int = 100) -> subprocess.Popen[bytes]:
+    """py-spy record of ``pid`` for ``seconds`` into ``out`` (raw collapsed stacks)."""
+    exe = _pyspy()
+    if exe is None:
+        raise LedgerStoreError("py-spy is not installed: pip install py-spy")
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
+                             "--format", "raw", "--nonblocking", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def top_self_time(raw: Path, n: int = 15) -> dict[str, Any]:
+    """Top ``n`` functions by self time (leaf frames) of a py-spy raw profile."""
+    leaf: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frame = stack.rsplit(";", 1)[-1]
+        # "func (path/to/file.py:123)" -> "func (file.py)": self time per function, not per line
+        m = re.match(r"(.*) \((.*?):\d+\)$", frame)
+        name = f"{m.group(1)} ({m.group(2).rsplit('/', 1)[-1]})" if m else frame
+        leaf[name] += int(count)
+        total += int(count)
+    return {"samples": total,
+            "top": [{"function": f, "samples": c, "percent": round(100 * c / total, 1)} for f, c in leaf.most_common(n)]}
+
+
+async def profiled(work: Callable[[], Awaitable[Any]], targets: dict[str, int], out_dir: Path, tag: str,
+                   seconds: float) -> dict[str, Any]:
+    """Run ``work`` while py-spy records each of ``targets`` (name -> pid) for ``seconds``."""
+    procs = {name: (start_profile(pid, out_dir / f"{name}-{tag}.txt", seconds), out_dir / f"{name}-{tag}.txt")
+             for name, pid in targets.items()}
+    await asyncio.sleep(0.3)  # py-spy attaches before the work starts
+    await work()
+    result: dict[str, Any] = {}
+    for name, (proc, path) in procs.items():
+        _, err = await asyncio.get_running_loop().run_in_executor(None, proc.communicate)
+        if proc.returncode != 0 or not path.exists():
+            result[name] = {"error": err.decode(errors="replace")[-500:]}
+            continue
+        summary = top_self_time(path)
+        summary["file"] = str(path)
+        # py-spy drops idle samples, so samples over rate x seconds is the CPU-busy share
+        # (summed over threads: a bookie's journal thread can add to its event loop's)
+        summary["busy_percent"] = round(100 * summary["samples"] / (100 * seconds), 1)
+        result[name] = summary
+    return result
+
+
+async def _read_for(client: Client, ledger_id: int, seconds: float, batch: int = 1000) -> None:
+    handle = await client.open_ledger(ledger_id, password=PASSWORD, recovery=False)
+    last = handle.last_add_confirmed
+    end = time.perf_counter() + seconds
+    first = 0
+    while time.perf_counter() < end:
+        hi = min(last, first + batch - 1)
+        await handle.read(first, hi)
+        first = 0 if hi >= last else hi + 1
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Plan:
+    """Sizes of one run (``--tiny`` shrinks everything to check the output's shape)."""
+
+    duration: float | None
+    count: int | None
+    warmup: float
+    rate: float
+    rate_duration: float
+    outstanding: int
+    memory_entries: int
+    redis_pipeline: int
+    profile_dir: Path | None
+    profile_seconds: float
+    storage: str
+
+
+def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:
+    return WriteOptions(duration=plan.duration, count=plan.count, warmup=plan.warmup, **kw)
+
+
+async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any]) -> None:
+    async with Client(metadata=cluster.metadata) as client:
+        r = rows["write_100b_e3"]
+        r.load_before = uptime()
+        w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
+                                                 keep_ledgers=True))
+        r.details = _write_details(w)
+        if w.errors:
+            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
+        r.settle(w.entries_per_s)
+        ledger = w.ledger_ids[0]
+
+        r = rows["read_seq_100b"]
+        r.load_before = uptime()
+        rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000))
+        r.details = {"entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s, "batch": 1000,
+                     "ledger_entries": rd.entries, "batch_latency_ms": rd.batch_latency_ms}
+        r.settle(rd.entries_per_s)
+
+        if plan.profile_dir is not None:
+            targets = {"client": os.getpid(), "bookie0": cluster.procs[0].pid}
+            extra["profiles"] = {
+                "writes": await profiled(
+                    lambda: run_writes(client, WriteOptions(ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
+                                                            duration=plan.profile_seconds + 0.5)),
+                    targets, plan.profile_dir, "writes", plan.profile_seconds),
+                "reads": await profiled(lambda: _read_for(client, ledger, plan.profile_seconds + 0.5),
+                                        targets, plan.profile_dir, "reads", plan.profile_seconds),
+            }
+        await client.delete_ledger(ledger)
+
+        r = rows["write_1kb_e3"]
+        r.load_before = uptime()
+        w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=1024))
+        r.details = _write_details(w)
+        if w.errors:
+            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
+        r.settle(w.mb_per_s)
+
+        r = rows["latency_10k"]
+        r.load_before = uptime()
+        lat = await rate_limited_adds(client, plan.rate, plan.rate_duration, 100, 3, 3, 2)
+        r.details = lat
+        if lat["errors"]:
+            raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
+        r.settle(lat["latency_ms"]["p99"])
+
+        extra["client_memory"] = await client_rss_with_outstanding(client, cluster, plan.outstanding, 100)
+
+
+async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any]) -> None:
+    pid = cluster.procs[0].pid
+    rss_start = rss_mb(pid)
+    async with Client(metadata=cluster.metadata) as client:
+        r = rows["write_100b_e1"]
+        r.load_before = uptime()
+        w = await run_writes(client, _write_opts(plan, ensemble=1, write_quorum=1, ack_quorum=1, entry_size=100,
+                                                 keep_ledgers=True))
+        r.details = _write_details(w)
+        if w.errors:
+            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
+        r.settle(w.entries_per_s)
+        stored = w.entries + w.warmup_entries
+        if plan.memory_entries:
+            mem = await bookie_rss_while_writing(client, pid, plan.memory_entries, stored)
+            mem["rss_mb_after_bookie_start"] = round(rss_start, 1)
+            mem["load_before"] = uptime()
+            extra["bookie_memory"] = mem
+
+
+def _write_details(w: Any) -> dict[str, Any]:
+    return {"entries": w.entries, "seconds": w.seconds, "entries_per_s": w.entries_per_s, "mb_per_s": w.mb_per_s,
+            "latency_ms": w.latency_ms, "warmup_entries": w.warmup_entries, "throttle": w.options["throttle"]}
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    """Run every row; returns the JSON-able result."""
+    install_fast_loop()
+    rows = _rows()
+    extra: dict[str, Any] = {}
+    started = datetime.datetime.now(datetime.UTC)
+    with tempfile.TemporaryDirectory(prefix="ledgerstore-perf-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "three", bookies=3, port_base=None, storage=plan.storage)
+        try:
+            cluster.start()
+            asyncio.run(_three_bookie_rows(cluster, plan, rows, extra))
+        finally:
+            cluster.stop()
+        cluster = LocalCluster(Path(tmp) / "one", bookies=1, port_base=None, storage=plan.storage)
+        try:
+            cluster.start()
+            asyncio.run(_one_bookie_rows(cluster, plan, rows, extra))
+        finally:
+            cluster.stop()
+
+    r = rows["vs_redis"]
+    r.load_before = uptime()
+    try:
+        red = run_xadd(100, plan.duration, plan.count, plan.redis_pipeline, plan.warmup)
+    except (RedisBenchError, ImportError) as e:
+        r.skipped = str(e)
+    else:
+        ours = rows["write_100b_e3"].measured or 0.0
+        r.details = {"redis": red, "ledgerstore_entries_per_s": ours}
+        r.settle(round(ours / red["entries_per_s"], 2) if red["entries_per_s"] else 0.0)
+
+    return {
+        "started": started.isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "uptime_at_end": uptime()},
+        "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
+        "rows": [dataclasses.asdict(r) | {"status": r.status()} for r in rows.values()],
+        **extra,
+    }
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit in ("ms", "x", "MB/s"):
+        return f"{v:,.2f}"
+    return f"{v:,.0f}"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The Markdown report: the target table, then memory and profile figures when present."""
+    out = [f"# ledgerstore performance run, {result['started']}", "",
+           f"{result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
+           f"load at end: `{result['machine']['uptime_at_end']}`", "",
+           "| Benchmark | Metric | Measured | Target | Result | Load before (1/5/15 min) |",
+           "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        load = r["load_before"].rpartition("load average:")[2].strip() or "-"
+        measured = f"skipped: {r['skipped']}" if r["skipped"] else f"{_fmt(r['measured'], r['unit'])} {r['unit']}"
+        out.append(f"| {r['name']} | {r['metric']} | {measured} | {r['op']} {_fmt(r['target'], r['unit'])} "
+                   f"{r['unit']} | {r['status']} | {load} |")
+    out += ["", "## Details", ""]
+    for r in result["rows"]:
+        d = r["details"]
+        lat = d.get("latency_ms") or d.get("batch_latency_ms")
+        bits = [f"{k} {d[k]:,}" if isinstance(d[k], int) else f"{k} {d[k]}"
+                for k in ("entries", "seconds", "entries_per_s", "mb_per_s", "rate_achieved") if k in d]
+        if lat:
+            bits.append("latency ms " + " ".join(f"{k} {v}" for k, v in lat.items()))
+        if "redis" in d:
+            red = d["redis"]
+            bits.append(f"Redis {red['redis_version']}: {red['entries_per_s']:,.0f} entries/s "
+                        f"(pipeline {red['pipeline']}, {red['settings']})")
+        out.append(f"- **{r['key']}**: " + "; ".join(bits))
+    if "client_memory" in result:
+        c = result["client_memory"]
+        out += ["", "## Memory", "",
+                f"- client with {c['outstanding']:,} adds outstanding ({c['entry_size']} B): RSS "
+                f"{c['rss_before_mb']} MB -> {c['rss_with_outstanding_mb']} MB (+{c['rss_delta_mb']} MB); Python heap "
+                f"+{c['python_heap_delta_mb']} MB, {c['python_heap_bytes_per_add']:,} B per outstanding add"]
+    if "bookie_memory" in result:
+        b = result["bookie_memory"]
+        if "client_memory" not in result:
+            out += ["", "## Memory", ""]
+        out.append(f"- bookie (entrylog) after {b['entries_on_bookie']:,} entries of 100 B: RSS {b['rss_mb_end']} MB "
+                   f"(just started: {b['rss_mb_after_bookie_start']} MB; slope {b['slope_mb_per_million_entries']} "
+                   f"MB per million entries)")
+    for phase, targets in result.get("profiles", {}).items():
+        for name, prof in targets.items():
+            out += ["", f"## Profile: {name} during {phase}", ""]
+            if "error" in prof:
+                out.append(f"py-spy failed: {prof['error']}")
+                continue
+            out += [f"{prof['samples']:,} non-idle samples at 100 Hz: busy {prof['busy_percent']}% of the time "
+                    f"(all threads); `{prof['file']}`", "",
+                    "| Self % | Function |", "|---|---|"]
+            out += [f"| {t['percent']} | `{t['function']}` |" for t in prof["top"]]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json-out", type=Path, default=RESULTS / "latest.json")
+    ap.add_argument("--md-out", type=Path, default=RESULTS / "latest.md")
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per throughput row")
+    ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each throughput row")
+    ap.add_argument("--rate", type=float, default=10_000, help="adds per second of the latency row")
+    ap.add_argument("--rate-duration", type=float, default=10.0, help="seconds of the latency row")
+    ap.add_argument("--outstanding", type=int, default=10_000, help="adds outstanding for the client RSS figure")
+    ap.add_argument("--memory-entries", type=int, default=1_000_000,
+                    help="entries written to one bookie for its RSS figure (0: skip)")
+    ap.add_argument("--redis-pipeline", type=int, default=1000, help="XADDs per Redis round trip")
+    ap.add_argument("--profile-dir", type=Path, default=None, help="record py-spy profiles into this directory")
+    ap.add_argument("--profile-seconds", type=float, default=8.0)
+    ap.add_argument("--storage", default="entrylog", help="storage engine of the bookies")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a few thousand entries per row: checks that everything runs, measures nothing")
+    ap.add_argument("--fail-on-miss", action="store_true", help="exit with status 1 when a row misses its target")
+    args = ap.parse_args(argv)
+    plan = Plan(duration=args.duration, count=None, warmup=args.warmup, rate=args.rate, rate_duration=args.rate_duration,
+                outstanding=args.outstanding, memory_entries=args.memory_entries, redis_pipeline=args.redis_pipeline,
+                profile_dir=args.profile_dir, profile_seconds=args.profile_seconds, storage=args.storage)
+    if args.tiny:
+        plan = dataclasses.replace(plan, duration=None, count=2000, warmup=0.0, rate_duration=0.5,
+                                   outstanding=min(args.outstanding, 2000), memory_entries=min(args.memory_entries, 5000),
+                                   redis_pipeline=min(args.redis_pipeline, 200),
+                                   profile_seconds=min(args.profile_seconds, 1.0))
+    if plan.profile_dir is not None:
+        plan.profile_dir.mkdir(parents=True, exist_ok=True)
+    result = run(plan)
+    for path, text in ((args.json_out, json.dumps(result, indent=2) + "\n"), (args.md_out, to_markdown(result))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for r in result["rows"]:
+        value = r["skipped"] or f"{_fmt(r['measured'], r['unit'])} {r['unit']}"
+        print(f"{r['status']:>7}  {r['name']}: {value} (target {r['op']} {_fmt(r['target'], r['unit'])})")
+    print(f"wrote {args.json_out} and {args.md_out}")
+    return 1 if args.fail_on_miss and any(r["passed"] is False for r in result["rows"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

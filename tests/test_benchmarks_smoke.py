@@ -1,0 +1,83 @@
+"""Smoke test of ``benchmarks/run_all.py``: a tiny run against real bookie processes (and a real
+redis-server when installed) must write a JSON result and a Markdown table of the documented
+shape. It checks the shape and the pass/fail arithmetic, never the timings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ALL = ROOT / "benchmarks" / "run_all.py"
+ROW_KEYS = ["write_100b_e3", "write_1kb_e3", "write_100b_e1", "latency_10k", "read_seq_100b", "vs_redis"]
+
+
+def _has_redis() -> bool:
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("redis-server") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    out = tmp_path_factory.mktemp("perf")
+    proc = subprocess.run(
+        [sys.executable, str(RUN_ALL), "--tiny", "--json-out", str(out / "r.json"), "--md-out", str(out / "r.md")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, f"run_all.py --tiny failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads((out / "r.json").read_text()), (out / "r.md").read_text(), proc.stdout
+
+
+def test_json_result_has_every_target_row_with_a_verdict(tiny_run: tuple[dict, str, str]) -> None:
+    result, _, _ = tiny_run
+    rows = {r["key"]: r for r in result["rows"]}
+    assert list(rows) == ROW_KEYS
+    for key, r in rows.items():
+        assert r["op"] in (">=", "<=") and r["target"] > 0, key
+        assert "load average" in r["load_before"], key
+        if r["skipped"] is not None:
+            assert key == "vs_redis" and not _has_redis() and r["status"] == "skipped"
+            continue
+        assert isinstance(r["measured"], int | float) and r["measured"] > 0, key
+        expect = r["measured"] >= r["target"] if r["op"] == ">=" else r["measured"] <= r["target"]
+        assert r["passed"] is expect and r["status"] == ("pass" if expect else "FAIL"), key
+    assert rows["write_100b_e3"]["details"]["entries"] == 2000
+    assert rows["read_seq_100b"]["details"]["entries"] == rows["write_100b_e3"]["details"]["entries"]
+    assert rows["latency_10k"]["details"]["errors"] == 0
+    assert set(rows["latency_10k"]["details"]["latency_ms"]) >= {"p50", "p99", "p99.9"}
+    if _has_redis():
+        red = rows["vs_redis"]["details"]["redis"]
+        assert red["settings"] == {"appendonly": "yes", "appendfsync": "always", "save": ""}
+        assert red["entries"] == 2000
+        assert rows["vs_redis"]["measured"] == round(rows["write_100b_e3"]["measured"] / red["entries_per_s"], 2)
+
+
+def test_json_result_has_the_memory_figures(tiny_run: tuple[dict, str, str]) -> None:
+    result, _, _ = tiny_run
+    client = result["client_memory"]
+    assert client["outstanding"] == 2000  # every add stayed outstanding while the bookies were paused
+    assert client["rss_with_outstanding_mb"] > 0 and client["python_heap_bytes_per_add"] > 0
+    bookie = result["bookie_memory"]
+    assert bookie["entries_on_bookie"] == 2000 + 5000
+    assert bookie["rss_mb_end"] > 0 and len(bookie["samples"]) >= 2
+    assert result["machine"]["cpus"] >= 1
+
+
+def test_markdown_table_lists_every_row_with_measured_target_and_result(tiny_run: tuple[dict, str, str]) -> None:
+    result, md, stdout = tiny_run
+    lines = md.splitlines()
+    header = lines.index("| Benchmark | Metric | Measured | Target | Result | Load before (1/5/15 min) |")
+    table = lines[header + 2:header + 2 + len(ROW_KEYS)]
+    for line, r in zip(table, result["rows"], strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == r["name"] and cells[4] == r["status"]
+        assert cells[3].startswith(r["op"])
+    assert "## Memory" in md
+    assert "wrote " in stdout
