@@ -20,3 +20,13 @@ def test_every_page_is_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     missing = [p.name for p in (ROOT / "docs").glob("*.md") if p.name not in nav]
     assert not missing, f"pages not in mkdocs.yml nav: {missing}"
+
+
+def test_configuration_reference_is_current() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gen_config_docs
+    finally:
+        sys.path.pop(0)
+    assert (ROOT / "docs" / "configuration.md").read_text() == gen_config_docs.render(), (
+        "docs/configuration.md is stale: run scripts/gen_config_docs.py")

@@ -86,31 +86,41 @@ class AutoRecoveryConfig:
 class BookieConfig:
     """A bookie process. ``metadata`` is required; everything else has a default."""
 
+    #: metadata store URI: sqlite:///path.db, zk://host:2181/ledgers or etcd://host:2379/ledgers (required)
     metadata: str = ""
     #: the address to listen on: tcp://host:port, tcp+tls://host:port or zmq://host:port
     listen: str = "tcp://127.0.0.1:3181"
     #: the address clients use (defaults to ``listen``); its host:port is the bookie id
     advertised_address: str = ""
+    #: directory of the write-ahead journal (its own disk if possible: every ack waits for its fsync)
     journal_dir: str = "data/bookie/journal"
+    #: directories of the storage engine (entrylog spreads ledgers over them)
     ledger_dirs: list[str] = dataclasses.field(default_factory=lambda: ["data/bookie/ledgers"])
     #: storage engine plugin: entrylog (default) or rocksdb
     storage: str = "entrylog"
     #: checkpoint interval: flush the storage engine and advance the journal mark (flushInterval)
     flush_interval_ms: int = 60_000
+    #: largest wire frame accepted, in bytes; larger ones are refused before allocation
     max_frame_size: int = 5 * 1024 * 1024
     #: placement facts published in the registration
     rack: str = "/default-rack"
+    #: region published in the registration (region-aware placement)
     region: str = "default-region"
     #: create the cluster's instance id when the metadata store has none (convenient for standalone)
     auto_init_cluster: bool = True
     #: turn read-only past this fraction of disk used, writable again below the low-water mark
     disk_usage_threshold: float = 0.95
+    #: writable again once disk usage falls below this fraction
     disk_usage_lwm: float = 0.90
+    #: how often the disk checker looks at usage
     disk_check_interval_ms: int = 10_000
     #: admin HTTP port; 0 disables it (the BookKeeper default)
     http_port: int = 0
+    #: address the admin HTTP server binds to
     http_address: str = "127.0.0.1"
+    #: the [bookie.journal] table
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
+    #: the [bookie.autorecovery] table
     autorecovery: AutoRecoveryConfig = dataclasses.field(default_factory=AutoRecoveryConfig)
     #: options for the transport plugin (TLS files, CURVE keys, ...)
     transport: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -118,11 +128,15 @@ class BookieConfig:
     storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: options for the metadata store plugin (session timeouts, credentials, ...)
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: GC and compaction (used by engines that support them)
+    #: milliseconds between garbage collections of deleted ledgers (<= 0 disables; gcWaitTime)
     gc_wait_time_ms: int = 900_000
+    #: minor compaction rewrites entry logs with less than this live fraction (<= 0 disables)
     minor_compaction_threshold: float = 0.2
+    #: seconds between minor compactions
     minor_compaction_interval_s: int = 3600
+    #: major compaction rewrites entry logs with less than this live fraction (<= 0 disables)
     major_compaction_threshold: float = 0.8
+    #: seconds between major compactions
     major_compaction_interval_s: int = 86400
 
     def validate(self) -> list[str]:
@@ -149,12 +163,19 @@ class BookieConfig:
 class ClientConfig:
     """A client. ``metadata`` is required."""
 
+    #: metadata store URI of the cluster (required)
     metadata: str = ""
+    #: default ensemble size E of new ledgers
     ensemble: int = 3
+    #: default write quorum Qw (E >= Qw)
     write_quorum: int = 2
+    #: default ack quorum Qa (Qw >= Qa >= 1)
     ack_quorum: int = 2
+    #: default digest: crc32c, crc32, hmac-sha256 or none
     digest: str = "crc32c"
+    #: placement policy plugin: random, rack-aware, region-aware, disk-aware
     placement: str = "random"
+    #: options of the placement policy (e.g. min_racks_per_write_quorum)
     placement_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: seconds before an add to one bookie counts as failed (addEntryTimeout)
     add_timeout_s: float = 10.0
@@ -169,8 +190,11 @@ class ClientConfig:
     #: keep the ledger password in its metadata so auto-recovery can re-replicate and fence it
     #: (BookKeeper's storePasswordInMetadata)
     store_password_in_metadata: bool = True
+    #: largest wire frame, in bytes (match the bookies')
     max_frame_size: int = 5 * 1024 * 1024
+    #: transport options, per scheme: { "tcp+tls" = { ca_file = ... }, zmq = { curve_server_public_key = ... } }
     transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options of the metadata store plugin (session_timeout, credentials, ...)
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> list[str]:
