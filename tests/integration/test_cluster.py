@@ -21,7 +21,7 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DIGEST_TYPES, DigestManager, master_key
 
-WRITER = str(Path(__file__).with_name("writer_proc.py"))
+from tests.integration.writer_proc import run_and_kill
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -158,23 +158,7 @@ def test_non_recovery_reader_tails_with_long_poll(matrix_cluster: LocalCluster) 
 
 
 def test_recovery_of_a_killed_writer_process(matrix_cluster: LocalCluster) -> None:
-    proc = subprocess.Popen([sys.executable, WRITER, matrix_cluster.metadata, "3", "2", "2", "pw"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        first = proc.stdout.readline()  # type: ignore[union-attr]
-        assert first.startswith("ledger "), first
-        ledger_id = int(first.split()[1])
-        last_ack = -1
-        while last_ack < 3000:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("ack "):
-                last_ack = int(line.split()[1])
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for line in proc.stdout:  # type: ignore[union-attr]  # acks printed before the kill landed
-        if line.startswith("ack "):
-            last_ack = max(last_ack, int(line.split()[1]))
+    ledger_id, last_ack = run_and_kill(matrix_cluster.metadata, until_ack=3000)
 
     async def main() -> None:
         async with Client(metadata=matrix_cluster.metadata) as client:

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerState
 
-WRITER = str(Path(__file__).with_name("writer_proc.py"))
+from tests.integration.writer_proc import run_and_kill
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -80,21 +75,7 @@ def test_reads_fall_back_when_a_replica_is_down(cluster_factory) -> None:  # typ
 def test_two_recoverers_race_to_the_same_last_entry(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster: LocalCluster = cluster_factory(3)
     cluster.start()
-    proc = subprocess.Popen([sys.executable, WRITER, cluster.metadata, "3", "2", "2", "pw"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        ledger_id = int(proc.stdout.readline().split()[1])  # type: ignore[union-attr]
-        last_ack = -1
-        while last_ack < 2000:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("ack "):
-                last_ack = int(line.split()[1])
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for line in proc.stdout:  # type: ignore[union-attr]
-        if line.startswith("ack "):
-            last_ack = max(last_ack, int(line.split()[1]))
+    ledger_id, last_ack = run_and_kill(cluster.metadata, until_ack=2000)
 
     async def main() -> None:
         async with Client(metadata=cluster.metadata) as a, Client(metadata=cluster.metadata) as b:
