@@ -320,7 +320,7 @@ class TcpTransport(Transport):
                 ),
                 self.connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
         writer = _Writer(loop, self.max_frame_size)
         writer.transport = transport  # type: ignore[assignment]

@@ -1,5 +1,4 @@
 import pytest
-
 from ledgerstore.testing import TransportConformance
 from ledgerstore_tcp import TcpTransport
 

@@ -10,7 +10,6 @@ import socket
 import struct
 
 import pytest
-
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.proto import codec

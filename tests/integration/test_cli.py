@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ledgerstore.cluster import LocalCluster
 
 
@@ -121,7 +120,7 @@ def test_storage_tools_on_a_stopped_bookie(cluster_factory) -> None:  # type: ig
             keep.append(b"keep %d" % i)
         keep.close()
         drop = client.create_ledger(3, 3, 3, password=b"pw")
-        for i in range(50):
+        for _ in range(50):
             drop.append(b"x" * 1000)
         drop.close()
         client.delete_ledger(drop.ledger_id)
