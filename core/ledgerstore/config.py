@@ -102,6 +102,9 @@ class BookieConfig:
     flush_interval_ms: int = 60_000
     #: largest wire frame accepted, in bytes; larger ones are refused before allocation
     max_frame_size: int = 5 * 1024 * 1024
+    #: adds one connection may have waiting for the journal; more are answered TOO_MANY_REQUESTS
+    #: (clients back off and resend), so one writer cannot make the bookie queue without bound
+    max_adds_in_flight_per_connection: int = 200_000
     #: placement facts published in the registration
     rack: str = "/default-rack"
     #: region published in the registration (region-aware placement)

@@ -83,6 +83,8 @@ class Bookie:
         self._last_minor = self._last_major = time.monotonic()
         self._serving = False
         self.http: Any = None
+        #: adds waiting for the journal, per connection (the per-connection in-flight limit)
+        self._inflight: dict[ServerConnection, int] = {}
         #: called on the event loop once per durable journal group with its record count (metrics);
         #: per group, never per entry, so the write path stays flat
         self.group_observer: Any = None
@@ -464,6 +466,7 @@ class Bookie:
                     req.request_id, Status.OK, free, total, len(self._master_keys), self.read_only))
 
     def connection_lost(self, conn: ServerConnection) -> None:
+        self._inflight.pop(conn, None)
         for lid, waiters in list(self._lac_waiters.items()):
             keep = [w for w in waiters if w[1] is not conn]
             for w in waiters:
@@ -527,9 +530,10 @@ class Bookie:
             self._lac[req.ledger_id] = lac
             if req.ledger_id in self._lac_waiters:
                 self._wake_lac_waiters(req.ledger_id)
+        self._inflight[conn] = self._inflight.get(conn, 0) + 1
         self.journal.append(
             encode_record(ADD, req.ledger_id, req.entry_id, entry),
-            (conn, codec.encode_add_response(req.request_id, Status.OK, req.ledger_id, req.entry_id)),
+            (conn, codec.encode_add_response(req.request_id, Status.OK, req.ledger_id, req.entry_id), 1),
         )
 
     def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> int | None:
@@ -551,6 +555,9 @@ class Bookie:
         c.add_requests += len(entries)
         lid = req.ledger_id
         status = self._add_refusal(lid, req.master_key, req.flags)
+        inflight = self._inflight.get(conn, 0)
+        if status is None and inflight + len(entries) > self.config.max_adds_in_flight_per_connection and inflight:
+            status = Status.TOO_MANY_REQUESTS
         if status is not None:
             c.rejected_adds[Status(status).name] += len(entries)
             conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, lid, [(e, status) for e, _ in entries]))
@@ -588,7 +595,8 @@ class Bookie:
                 self._wake_lac_waiters(lid)
         frame = codec.encode_add_batch_response(req.request_id, Status.OK, lid, items)
         if records:
-            self.journal.append(b"".join(records), (conn, frame))
+            self._inflight[conn] = inflight + len(records)
+            self.journal.append(b"".join(records), (conn, frame, len(records)))
         else:
             conn.send(frame)
 
@@ -633,11 +641,20 @@ class Bookie:
                 continue
             if token[0] == "journal-error":  # the writer failed: answer everyone with an IO error
                 for t in token[2]:
-                    if t is not None and len(t) == 2 and isinstance(t[1], bytes):
-                        conn, ok_frame = t
+                    if t is not None and len(t) >= 2 and isinstance(t[1], bytes):
+                        conn, ok_frame = t[0], t[1]
                         _, op, _, rid = codec.HEADER.unpack_from(ok_frame)
                         conn.send(codec.encode_error_response(op, rid, Status.IO_ERROR))
                     # a pending fence (callable) gets no answer: the client times out and retries elsewhere
+                continue
+            if len(token) == 3:  # adds: answer and release their in-flight count
+                conn, frame, n = token
+                left = self._inflight.get(conn, 0) - n
+                if left > 0:
+                    self._inflight[conn] = left
+                else:
+                    self._inflight.pop(conn, None)
+                conn.send(frame)
                 continue
             conn, frame = token
             if callable(frame):

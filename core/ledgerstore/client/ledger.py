@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: wait before resending adds a bookie refused with TOO_MANY_REQUESTS
+_THROTTLE_BACKOFF_S = 0.02
 #: most entries in one ADD_BATCH frame
 _BATCH_ENTRIES = 4096
 #: entries read per round of READ_MULTI requests, and per request
@@ -396,10 +398,13 @@ class LedgerHandle(ReadHandle):
         if resp is not None and resp.status == Status.OK and len(resp.items) == len(chunk):
             aq = self.md.ack_quorum
             progressed = False
+            throttled: list[tuple[_PendingAdd, int]] = []
             for (pa, idx), item in zip(chunk, resp.items, strict=True):
                 if pa.done or pa.sent_to.get(idx) != bid:
                     continue  # late answer for an acknowledged entry, or from a replaced bookie
-                if item[1] == Status.OK:
+                if item[1] == Status.TOO_MANY_REQUESTS:
+                    throttled.append((pa, idx))
+                elif item[1] == Status.OK:
                     pa.acked.add(idx)
                     if observer is not None:
                         observer(pa.entry_id, bid)
@@ -411,6 +416,8 @@ class LedgerHandle(ReadHandle):
                         return
             if progressed:
                 self._complete()
+            if throttled:  # the bookie is at its in-flight limit for us: back off, then resend
+                self.client.loop.call_later(_THROTTLE_BACKOFF_S, self._resend_throttled, throttled, bid)
             return
         status = resp.status if resp is not None else None
         if resp is not None and status == Status.OK:  # answered, but not for these entries
@@ -420,6 +427,13 @@ class LedgerHandle(ReadHandle):
                 self._add_failed(pa, idx, bid, status, exc)
                 if self._error is not None:
                     return
+
+    def _resend_throttled(self, items: list[tuple[_PendingAdd, int]], bid: str) -> None:
+        if self._error is not None:
+            return
+        for pa, idx in items:
+            if not pa.done and pa.sent_to.get(idx) == bid:
+                self._send(pa, only={idx})
 
     def _add_failed(self, pa: _PendingAdd, idx: int, bid: str, status: int | None, exc: BaseException | None) -> None:
         if status == Status.FENCED:
