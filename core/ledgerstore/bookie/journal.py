@@ -184,7 +184,7 @@ class Journal:
         self.max_file_size = max_file_size
         self.max_backups = max_backups
         self.sync = sync
-        self._queue: queue.SimpleQueue[tuple[bytes, Any] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[bytes, Any, int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1
@@ -228,11 +228,11 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
-    def append(self, record: bytes, token: Any) -> None:
-        """Queue a record (from the event loop). Never blocks."""
+    def append(self, record: bytes, token: Any, records: int = 1) -> None:
+        """Queue bytes holding ``records`` records (from the event loop). Never blocks."""
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
-        self._queue.put((record, token))
+        self._queue.put((record, token, records))
 
     def durable_mark(self) -> LogMark:
         """Position up to which every record is on disk (for the checkpoint)."""
@@ -263,6 +263,7 @@ class Journal:
                 break
             bufs = [item[0]]
             tokens = [item[1]]
+            nrecords = item[2]
             size = len(item[0])
             stop = False
             deadline = time.monotonic() + self.max_group_wait
@@ -284,9 +285,10 @@ class Journal:
                     break
                 bufs.append(nxt[0])
                 tokens.append(nxt[1])
+                nrecords += nxt[2]
                 size += len(nxt[0])
             try:
-                self._write_group(bufs, size)
+                self._write_group(bufs, size, nrecords)
             except OSError as exc:
                 self.failed = exc
                 log.error("journal write failed, no further adds are acknowledged: %s", exc)
@@ -296,7 +298,7 @@ class Journal:
             if stop:
                 break
 
-    def _write_group(self, bufs: list[bytes], size: int) -> None:
+    def _write_group(self, bufs: list[bytes], size: int, nrecords: int) -> None:
         if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
             self._roll()
         data = b"".join(bufs)
@@ -310,9 +312,9 @@ class Journal:
             self.fsync_seconds += time.perf_counter() - t0
         self._offset += size
         self.groups += 1
-        self.records += len(bufs)
+        self.records += nrecords
         self.bytes_written += size
-        self.last_group_size = len(bufs)
+        self.last_group_size = nrecords
         with self._lock:
             self._durable = LogMark(self._file_id, self._offset)
 

@@ -596,7 +596,7 @@ class Bookie:
         frame = codec.encode_add_batch_response(req.request_id, Status.OK, lid, items)
         if records:
             self._inflight[conn] = inflight + len(records)
-            self.journal.append(b"".join(records), (conn, frame, len(records)))
+            self.journal.append(b"".join(records), (conn, frame, len(records)), len(records))
         else:
             conn.send(frame)
 
@@ -634,8 +634,9 @@ class Bookie:
 
     def _on_durable(self, tokens: list[Any]) -> None:
         """A journal group is on disk: answer every request waiting for it (on the loop)."""
-        if self.group_observer is not None:
-            self.group_observer(len(tokens))
+        if self.group_observer is not None:  # records in the group: a batch token carries its count
+            self.group_observer(sum(t[2] if isinstance(t, tuple) and len(t) == 3 and isinstance(t[2], int) else 1
+                                    for t in tokens))
         for token in tokens:
             if token is None:
                 continue
