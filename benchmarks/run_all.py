@@ -126,6 +126,27 @@ def rss_mb(pid: int) -> float:
     raise LedgerStoreError(f"no VmRSS for process {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (all its threads)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU use of the client (this process) and each bookie over one row, as % of one core:
+    shows which process saturates first."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = {"client": os.getpid()} | {f"bookie{i}": p.pid for i, p in sorted(cluster.procs.items())}
+        self.t0 = time.perf_counter()
+        self.c0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+
+    def percent(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        return {k: round(100 * (cpu_seconds(p) - self.c0[k]) / wall, 1) for k, p in self.pids.items()}
+
+
 def _slope(points: list[tuple[int, float]]) -> float | None:
     """Least-squares slope of (entries, MB) points, in MB per million entries."""
     if len(points) < 2:
@@ -350,9 +371,10 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
     async with Client(metadata=cluster.metadata) as client:
         r = rows["write_100b_e3"]
         r.load_before = uptime()
+        cpu = CpuMeter(cluster)
         w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
                                                  keep_ledgers=True))
-        r.details = _write_details(w)
+        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
         if w.errors:
             raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
         r.settle(w.entries_per_s)
@@ -360,8 +382,9 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
 
         r = rows["read_seq_100b"]
         r.load_before = uptime()
+        cpu = CpuMeter(cluster)
         rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000))
-        r.details = {"entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s, "batch": 1000,
+        r.details = {"cpu_percent": cpu.percent(), "entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s, "batch": 1000,
                      "ledger_entries": rd.entries, "batch_latency_ms": rd.batch_latency_ms}
         r.settle(rd.entries_per_s)
 
@@ -379,16 +402,18 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
 
         r = rows["write_1kb_e3"]
         r.load_before = uptime()
+        cpu = CpuMeter(cluster)
         w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=1024))
-        r.details = _write_details(w)
+        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
         if w.errors:
             raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
         r.settle(w.mb_per_s)
 
         r = rows["latency_10k"]
         r.load_before = uptime()
+        cpu = CpuMeter(cluster)
         lat = await rate_limited_adds(client, plan.rate, plan.rate_duration, 100, 3, 3, 2)
-        r.details = lat
+        r.details = lat | {"cpu_percent": cpu.percent()}
         if lat["errors"]:
             raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
         r.settle(lat["latency_ms"]["p99"])
@@ -402,9 +427,10 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
     async with Client(metadata=cluster.metadata) as client:
         r = rows["write_100b_e1"]
         r.load_before = uptime()
+        cpu = CpuMeter(cluster)
         w = await run_writes(client, _write_opts(plan, ensemble=1, write_quorum=1, ack_quorum=1, entry_size=100,
                                                  keep_ledgers=True))
-        r.details = _write_details(w)
+        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
         if w.errors:
             raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
         r.settle(w.entries_per_s)
@@ -492,6 +518,10 @@ def to_markdown(result: dict[str, Any]) -> str:
                 for k in ("entries", "seconds", "entries_per_s", "mb_per_s", "rate_achieved") if k in d]
         if lat:
             bits.append("latency ms " + " ".join(f"{k} {v}" for k, v in lat.items()))
+        if "worst_ms_per_second" in d:
+            bits.append(f"worst ms per second {d['worst_ms_per_second']}")
+        if "cpu_percent" in d:
+            bits.append("CPU % of a core " + " ".join(f"{k} {v}" for k, v in d["cpu_percent"].items()))
         if "redis" in d:
             red = d["redis"]
             bits.append(f"Redis {red['redis_version']}: {red['entries_per_s']:,.0f} entries/s "

@@ -28,7 +28,7 @@ from ledgerstore.errors import InvalidArgumentError, LedgerStoreError, NoSuchEnt
 TickCallback = Callable[[float, int], None]
 _TICK_S = 0.25
 #: yield to the event loop after this many adds so that acks and socket writes keep flowing
-_YIELD_EVERY = 128
+_YIELD_EVERY = 1000  # adds issued per event-loop turn: the client sends each turn's adds as one batch
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ import crc32c as _crc32c
 from ledgerstore.errors import DigestMismatchError, InvalidArgumentError
 
 ENTRY_HEADER = struct.Struct(">QQq")
+_CRC_HEADER = struct.Struct(">QQqI")  # entry header followed by a crc32c digest
 _U32 = struct.Struct(">I")
 
 DIGEST_TYPES = ("crc32c", "crc32", "hmac-sha256", "none")
@@ -85,6 +86,13 @@ class DigestManager:
 
     def verify(self, data: bytes, expected_entry_id: int | None = None) -> Entry:
         """Check an entry's digest and ids; DigestMismatchError if anything is off."""
+        if self.digest_type == "crc32c" and len(data) >= _CRC_HEADER.size:
+            # the hot read path: compare checksums as integers, no digest bytes built
+            lid, eid, lac, crc = _CRC_HEADER.unpack_from(data)
+            payload = data[_CRC_HEADER.size :]
+            if (lid == self.ledger_id and (expected_entry_id is None or eid == expected_entry_id)
+                    and _crc32c.crc32c(payload, _crc32c.crc32c(data[: ENTRY_HEADER.size])) == crc):
+                return Entry(lid, eid, lac, payload)
         hsize = ENTRY_HEADER.size
         if len(data) < hsize + self.size:
             raise DigestMismatchError(
