@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator
 
 from ledgerstore.errors import MetadataError
@@ -84,6 +85,21 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL``, retried: when several processes open a new file at once,
+    the switch can report "database is locked" at once instead of waiting on the busy handler."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.005
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
     """Open ``path`` (creating it if new), configure it for multi-process use, create the schema
     and check its version. Raises :class:`MetadataError` naming the path on any failure."""
@@ -93,7 +109,7 @@ def connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connect
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         # Reading the header here turns "file is not a database" into an error at start-up.
         conn.execute("PRAGMA schema_version").fetchone()
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _switch_to_wal(conn, busy_timeout)
         if str(mode).lower() != "wal":
             raise MetadataError(
                 f"sqlite metadata store {path}: could not switch to WAL journal mode (got {mode!r}); "

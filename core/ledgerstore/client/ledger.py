@@ -557,12 +557,14 @@ class LedgerHandle(ReadHandle):
                         pa.failed.discard(i)
                     self._send(pa, only=redo)
         except LedgerStoreError as exc:
-            self._fail_all(exc if isinstance(exc, LedgerStoreError) else AddFailedError(str(exc)))
+            self._fail_all(exc)
         finally:
             self._ensemble_task = None
             self._changing = False
-            if self._error is None and any(b in self._failed_bookies for b in self.md.current_ensemble):
-                self._bookie_failed(next(b for b in self.md.current_ensemble if b in self._failed_bookies), reason)
+        # a bookie of the new ensemble may have failed meanwhile: go round again (not when this
+        # task was cancelled or its loop is shutting down: those leave through the finally above)
+        if self._error is None and any(b in self._failed_bookies for b in self.md.current_ensemble):
+            self._bookie_failed(next(b for b in self.md.current_ensemble if b in self._failed_bookies), reason)
 
     def _resend_unsent(self) -> None:
         for pa in self._pending:
