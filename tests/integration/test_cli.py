@@ -146,3 +146,19 @@ def test_storage_tools_on_a_stopped_bookie(cluster_factory) -> None:  # type: ig
     assert json.loads(out.stdout)["cookie_deleted"]
     cluster.start_bookie(0)  # a formatted bookie joins afresh
     cluster.wait_registered([0])
+
+
+def test_autorecovery_admin_commands(shared_cluster: LocalCluster) -> None:
+    assert json.loads(shell(shared_cluster, "autorecovery", "--disable", "--json").stdout) == {"enabled": False}
+    assert "disabled" in shell(shared_cluster, "autorecovery").stdout
+    assert json.loads(shell(shared_cluster, "autorecovery", "--enable", "--json").stdout) == {"enabled": True}
+    delay = json.loads(shell(shared_cluster, "lostbookierecoverydelay", "--set", "7.5", "--json").stdout)
+    assert delay == {"lost_bookie_recovery_delay_s": 7.5}
+    assert "7.5s" in shell(shared_cluster, "lostbookierecoverydelay").stdout
+    cleared = json.loads(shell(shared_cluster, "lostbookierecoverydelay", "--clear", "--json").stdout)
+    assert cleared == {"lost_bookie_recovery_delay_s": None}
+    bad = shell(shared_cluster, "lostbookierecoverydelay", "--set", "-1", check=False)
+    assert bad.returncode == 2
+    trig = json.loads(shell(shared_cluster, "triggeraudit", "--json").stdout)
+    assert trig["triggered"] is True and trig["auditor"] is None  # these bookies run no auto-recovery
+    assert json.loads(shell(shared_cluster, "listunderreplicated", "--json").stdout) == []
