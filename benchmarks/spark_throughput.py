@@ -32,10 +32,11 @@ def main() -> None:
 
     os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import ledgerstore_spark
-    from ledgerstore.cluster import LocalCluster
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    import ledgerstore_spark
+    from ledgerstore.cluster import LocalCluster
 
     cluster = None
     metadata = args.metadata

@@ -61,9 +61,10 @@ def main() -> None:
 
     os.environ.setdefault("JAVA_HOME", JAVA_17)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need ledgerstore_spark importable
-    import ledgerstore_spark
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    import ledgerstore_spark
 
     client = ledgerstore.Client(metadata=args.metadata)
     if args.source not in client.list_logs():

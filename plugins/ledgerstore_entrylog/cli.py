@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import ledgerstore
 
+import ledgerstore
 from ledgerstore_entrylog.entrylog import LogScanner
 from ledgerstore_entrylog.format import LOG_HEADER_SIZE, decode_log_header, log_file_name, parse_log_file_name
 

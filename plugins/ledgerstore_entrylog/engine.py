@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crc32c import crc32c
+
 from ledgerstore.api import StorageEngine, StorageStats
 from ledgerstore.errors import (
     BookieIOError,
@@ -34,7 +35,6 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
-
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ledgerstore.errors import BookieIOError
-
 from ledgerstore_entrylog.format import (
     LOG_HEADER_SIZE,
     RECORD_HEADER,

@@ -12,6 +12,7 @@ from array import array
 from pathlib import Path
 
 from crc32c import crc32c
+
 from ledgerstore.errors import BookieIOError
 
 __all__ = [

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ledgerstore.errors import BookieIOError
-
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
     IndexHeader,

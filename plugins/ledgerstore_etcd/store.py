@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import grpc
 from aetcd import rpc
+
 from ledgerstore.api import (
     NOT_EXISTS,
     EventType,

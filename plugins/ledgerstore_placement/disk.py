@@ -13,7 +13,6 @@ from typing import Any
 
 from ledgerstore.api import BookieInfo, PlacementPolicy
 from ledgerstore.errors import NotEnoughBookiesError
-
 from ledgerstore_placement.options import check_known, float_option, make_random
 
 __all__ = ["DiskAwarePlacement"]

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 
 from ledgerstore.api import BookieInfo, PlacementPolicy
 from ledgerstore.errors import NotEnoughBookiesError
-
 from ledgerstore_placement.options import bool_option, check_known, int_option, make_random
 from ledgerstore_placement.striping import (
     arrange,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ledgerstore.api import BookieInfo
-
 from ledgerstore_placement.domains import FaultDomainPlacement
 from ledgerstore_placement.options import str_option
 

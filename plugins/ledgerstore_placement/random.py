@@ -7,7 +7,6 @@ from typing import Any
 
 from ledgerstore.api import BookieInfo, PlacementPolicy
 from ledgerstore.errors import NotEnoughBookiesError
-
 from ledgerstore_placement.options import check_known, make_random
 
 __all__ = ["RandomPlacement"]

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ledgerstore.api import BookieInfo
-
 from ledgerstore_placement.domains import FaultDomainPlacement
 from ledgerstore_placement.options import str_option
 

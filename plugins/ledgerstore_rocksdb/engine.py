@@ -18,14 +18,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import StorageEngine, StorageStats
-from ledgerstore.errors import (
-    BookieIOError,
-    ConfigError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
 from rocksdict import (
     BlockBasedOptions,
     BottommostLevelCompaction,
@@ -39,6 +31,14 @@ from rocksdict import (
     WriteOptions,
 )
 
+from ledgerstore.api import StorageEngine, StorageStats
+from ledgerstore.errors import (
+    BookieIOError,
+    ConfigError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
 from ledgerstore_rocksdb.config import RocksDBConfig
 from ledgerstore_rocksdb.format import (
     GC_PREFIX,

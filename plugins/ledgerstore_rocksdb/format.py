@@ -18,6 +18,7 @@ import struct
 from typing import NamedTuple
 
 from crc32c import crc32c
+
 from ledgerstore.errors import BookieIOError, InvalidArgumentError
 
 __all__ = [

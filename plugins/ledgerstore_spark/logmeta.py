@@ -11,7 +11,6 @@ from __future__ import annotations
 import ledgerstore
 from ledgerstore.errors import BadVersionError, LogError
 from ledgerstore.meta.logs import LogManager, LogMetadata, Position
-
 from ledgerstore_spark.clients import run
 
 

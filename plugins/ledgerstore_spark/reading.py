@@ -12,12 +12,12 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import ledgerstore
 import pyarrow as pa
-from ledgerstore.errors import ConfigError, LogError
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+import ledgerstore
+from ledgerstore.errors import ConfigError, LogError
 from ledgerstore_spark.clients import client_for
 from ledgerstore_spark.logmeta import Position, require_log
 from ledgerstore_spark.options import ConnectorOptions

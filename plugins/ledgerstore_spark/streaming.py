@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-from ledgerstore.errors import ConfigError, InvalidArgumentError, LogError
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from ledgerstore.errors import ConfigError, InvalidArgumentError, LogError
 from ledgerstore_spark.clients import client_for
 from ledgerstore_spark.logmeta import LogMetadata, Position, require_log
 from ledgerstore_spark.options import ConnectorOptions

@@ -29,8 +29,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
-import ledgerstore
 import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+import ledgerstore
 from ledgerstore.aio import LedgerHandle as AioLedgerHandle
 from ledgerstore.errors import (
     BadVersionError,
@@ -40,10 +44,6 @@ from ledgerstore.errors import (
     LogError,
     NoSuchLedgerError,
 )
-from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
-
 from ledgerstore_spark.clients import client_for, run
 from ledgerstore_spark.logmeta import LogMetadata, append_ledgers, get_or_create_log, read_log
 from ledgerstore_spark.options import ConnectorOptions

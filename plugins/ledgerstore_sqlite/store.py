@@ -40,7 +40,6 @@ from ledgerstore.errors import (
     MetadataError,
     NoSuchKeyError,
 )
-
 from ledgerstore_sqlite import schema
 from ledgerstore_sqlite.schema import immediate
 

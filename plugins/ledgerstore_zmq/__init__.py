@@ -31,6 +31,7 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+
 from ledgerstore.api import Connection, FrameHandler, Server, Transport, split_address
 from ledgerstore.errors import BookieUnavailableError, ConfigError
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 import zmq.asyncio
+
 from ledgerstore.api import Connection
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError, ProtocolError
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import zmq
 import zmq.auth
+
 from ledgerstore.errors import ConfigError
 
 __all__ = ["load_key", "load_allowed_clients", "CurveServerKeys", "CurveClientKeys"]

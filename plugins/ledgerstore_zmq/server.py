@@ -24,9 +24,10 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from zmq.auth.asyncio import AsyncioAuthenticator
+
 from ledgerstore.api import FrameHandler, Server
 from ledgerstore.errors import FrameTooLargeError, ProtocolError
-from zmq.auth.asyncio import AsyncioAuthenticator
 
 from .client import CONTROL_BYE, CONTROL_CLOSE, CONTROL_PING, RECV_BATCH, parse_event
 from .curve import CurveServerKeys

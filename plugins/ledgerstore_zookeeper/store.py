@@ -27,6 +27,7 @@ from kazoo import exceptions as kz
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.security import make_digest_acl
+
 from ledgerstore.api import (
     NOT_EXISTS,
     EventType,
@@ -46,7 +47,6 @@ from ledgerstore.errors import (
     NoSuchKeyError,
     SessionExpiredError,
 )
-
 from ledgerstore_zookeeper.persistent_watch import (
     NODE_CREATED,
     NODE_DATA_CHANGED,

@@ -6,6 +6,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
+
 from ledgerstore.testing import MetadataStoreConformance
 from ledgerstore_etcd import EtcdMetadataStore
 

@@ -1,6 +1,7 @@
 """The MetadataStore conformance suite against the sqlite backend on a real database file."""
 
 import pytest
+
 from ledgerstore.testing import MetadataStoreConformance
 from ledgerstore_sqlite import SqliteMetadataStore
 

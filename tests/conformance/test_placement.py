@@ -11,6 +11,7 @@ enforced behaviour is covered in tests/unit/test_placement_policies.py). The sui
 from __future__ import annotations
 
 import pytest
+
 from ledgerstore.api import PlacementPolicy
 from ledgerstore.plugins import load_driver
 from ledgerstore.testing import PlacementPolicyConformance

@@ -3,6 +3,7 @@ the defaults, once with tiny limits so that log rolling, buffer writes and cache
 inside every test."""
 
 import pytest
+
 from ledgerstore.testing import StorageEngineConformance
 from ledgerstore_entrylog import EntryLogStorage
 

@@ -1,6 +1,7 @@
 """The rocksdb storage engine passes the StorageEngine conformance suite on real RocksDB files."""
 
 import pytest
+
 from ledgerstore.testing import StorageEngineConformance
 from ledgerstore_rocksdb import RocksDBStorage
 

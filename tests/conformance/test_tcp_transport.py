@@ -1,4 +1,5 @@
 import pytest
+
 from ledgerstore.testing import TransportConformance
 from ledgerstore_tcp import TcpTransport
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.testing import TransportConformance
 from ledgerstore_tcp.tls import TlsTcpTransport
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import zmq
 import zmq.auth
+
 from ledgerstore.testing import TransportConformance
 from ledgerstore_zmq import ZmqTransport
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
 from ledgerstore.api import MetadataStore, PlacementPolicy
 from ledgerstore.errors import PluginError
 from ledgerstore.plugins import create_metadata_store, describe_plugins, hooks, load_driver

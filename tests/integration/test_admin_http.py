@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster, free_ports
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager, master_key
-from prometheus_client.parser import text_string_to_metric_families
 
 
 def run(coro):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
@@ -22,7 +23,6 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager
 from ledgerstore.recovery.markers import UnderReplicationManager
-
 from tests.conftest import ClusterConfig
 
 BACKENDS = ["sqlite", "zk", "etcd"]

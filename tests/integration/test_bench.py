@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ledgerstore
 import pytest
+
+import ledgerstore
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerState
 

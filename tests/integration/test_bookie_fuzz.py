@@ -10,6 +10,7 @@ import socket
 import struct
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.proto import codec

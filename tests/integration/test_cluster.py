@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerFencedError, NoSuchLedgerError, UnauthorizedAccessError
@@ -20,7 +21,6 @@ from ledgerstore.meta.ledgers import LedgerState
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DIGEST_TYPES, DigestManager, master_key
-
 from tests.integration.writer_proc import run_and_kill
 
 

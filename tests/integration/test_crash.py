@@ -14,12 +14,12 @@ import sys
 import time
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager
-
 from tests.conftest import ClusterConfig
 
 KILLS_PER_ENGINE = 10  # x 2 engines = 20 kills

@@ -8,7 +8,6 @@ import time
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerState
-
 from tests.integration.writer_proc import run_and_kill
 
 

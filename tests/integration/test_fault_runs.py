@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerState

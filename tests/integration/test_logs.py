@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.aio import Client, Position
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import InvalidArgumentError, LedgerFencedError, LogError, NoSuchLedgerError

@@ -9,10 +9,10 @@ import signal
 import time
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta.ledgers import LedgerState
-
 from tests.conftest import ClusterConfig
 
 OUTAGE_S = 4.0

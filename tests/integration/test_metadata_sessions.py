@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import aetcd
 import pytest
 from kazoo.client import KazooClient
+
 from ledgerstore.api import NOT_EXISTS, EventType, MetadataStore, Notification
 from ledgerstore.errors import MetadataError
 from ledgerstore.testing.metadata import run, wait_until

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import zmq.auth
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerStoreError

@@ -12,11 +12,11 @@ import sys
 import time
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.api import EventType, Notification
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.meta import layout
-
 from tests.conftest import ClusterConfig
 
 BACKENDS = ["sqlite", "zk", "etcd"]

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster, free_ports
-
 from tests.conftest import ClusterConfig
 
 

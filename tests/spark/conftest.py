@@ -21,8 +21,9 @@ def spark() -> Iterator[Any]:
     # Spark's Python workers must run this interpreter (the one with ledgerstore installed)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    import ledgerstore_spark
     from pyspark.sql import SparkSession
+
+    import ledgerstore_spark
 
     session = (
         SparkSession.builder

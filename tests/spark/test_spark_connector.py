@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import ledgerstore
 import pyarrow as pa
 import pytest
+
+import ledgerstore
 from ledgerstore.cluster import LocalCluster
 
 pytestmark = pytest.mark.spark
@@ -200,8 +201,9 @@ def test_streaming_sink_commits_each_epoch_once(spark: Any, shared_cluster: Loca
 
 def test_a_repeated_epoch_commit_is_skipped_and_its_ledgers_deleted(shared_cluster: LocalCluster,
                                                                      client: Any) -> None:
-    from ledgerstore_spark import LedgerStoreDataSource
     from pyspark.sql.types import StringType, StructField, StructType
+
+    from ledgerstore_spark import LedgerStoreDataSource
 
     schema = StructType([StructField("payload", StringType())])
     source = LedgerStoreDataSource({"metadata": shared_cluster.metadata, "log": "epochs", "sinkId": "q1"})

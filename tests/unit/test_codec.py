@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from ledgerstore.errors import FrameTooLargeError, ProtocolError
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Op, Status

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.config import BookieConfig, load, load_bookie_config, load_client_config
 from ledgerstore.errors import ConfigError
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from ledgerstore.errors import DigestMismatchError, InvalidArgumentError
 from ledgerstore.proto.digest import DIGEST_TYPES, DigestManager
 

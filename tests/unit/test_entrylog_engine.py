@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.errors import BookieIOError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
 from ledgerstore_entrylog import EntryLogStorage
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.bookie.journal import (
     ADD,
     FENCE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from ledgerstore.errors import InvalidArgumentError, LogError, MetadataError
 from ledgerstore.meta.logs import LogMetadata, LogSegment, Position, validate_log_name
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from ledgerstore.api import BookieInfo
 from ledgerstore.errors import ConfigError, NotEnoughBookiesError
 from ledgerstore_placement import (

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from ledgerstore.errors import PluginError
 from ledgerstore.plugins import create_metadata_store, installed, load_driver
 

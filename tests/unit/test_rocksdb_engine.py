@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
+
 from ledgerstore.errors import (
     BookieIOError,
     ConfigError,
@@ -26,7 +28,6 @@ from ledgerstore.errors import (
 from ledgerstore_rocksdb import RocksDBStorage
 from ledgerstore_rocksdb.engine import _runs
 from ledgerstore_rocksdb.format import encode_record, entry_key, ledger_key
-from rocksdict import Options, Rdict
 
 MiB = 1024 * 1024
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ledgerstore.api import EventType, Notification
 from ledgerstore.errors import ConfigError, MetadataError
 from ledgerstore.testing.metadata import run, wait_until

@@ -14,6 +14,7 @@ import zmq.asyncio
 import zmq.auth
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from ledgerstore.errors import BookieUnavailableError, ConfigError, FrameTooLargeError, ProtocolError
 from ledgerstore.testing.metadata import run, wait_until
 from ledgerstore.testing.transport import Client, EchoHandler

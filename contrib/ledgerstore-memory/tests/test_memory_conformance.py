@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from ledgerstore.testing import MetadataStoreConformance
 from ledgerstore_memory import MemoryMetadataStore, drop_namespace
 

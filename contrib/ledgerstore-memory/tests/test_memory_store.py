@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
+
 from ledgerstore.api import NOT_EXISTS, EventType, Notification
 from ledgerstore.errors import BadVersionError, ConfigError, InvalidArgumentError, MetadataError
 from ledgerstore.testing.metadata import wait_until

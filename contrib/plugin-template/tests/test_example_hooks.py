@@ -8,8 +8,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import ledgerstore_example_plugin.hooks as example_hooks
 import pytest
+
+import ledgerstore_example_plugin.hooks as example_hooks
 from ledgerstore.plugins import hooks
 
 

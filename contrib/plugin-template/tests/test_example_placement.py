@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from ledgerstore.api import PlacementPolicy
 from ledgerstore.errors import ConfigError
 from ledgerstore.plugins import installed, load_driver

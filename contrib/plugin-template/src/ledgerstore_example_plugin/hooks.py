@@ -12,9 +12,9 @@ import logging
 from typing import Any
 
 import click
+
 from ledgerstore import hookimpl
 from ledgerstore.api import BookieInfo
-
 from ledgerstore_example_plugin.placement import RoundRobinPlacement
 
 log = logging.getLogger("ledgerstore_example_plugin")
