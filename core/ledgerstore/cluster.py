@@ -187,8 +187,25 @@ class LocalCluster:
         p.wait(30)
 
     def restart(self, i: int, timeout: float = 60.0) -> None:
-        self.start_bookie(i)
-        self.wait_registered([i], timeout)
+        """Start bookie ``i`` again on its port. Right after a SIGKILL the port can still be
+        reported in use for a moment; that (and only that) is retried for a few seconds."""
+        for attempt in range(10):
+            self.start_bookie(i)
+            try:
+                self.wait_registered([i], timeout)
+                return
+            except LedgerStoreError as exc:
+                if "address already in use" not in str(exc) or attempt == 9:
+                    raise LedgerStoreError(f"{exc}\nsockets on port {self.ports[i]}:\n{self._sockets(i)}") from None
+                self.procs.pop(i, None)
+                time.sleep(0.5)
+
+    def _sockets(self, i: int) -> str:
+        try:
+            out = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"(ss failed: {exc})"
+        return "\n".join(line for line in out.splitlines() if f":{self.ports[i]} " in line) or "(none)"
 
     def stop(self, timeout: float = 30.0) -> None:
         for p in self.procs.values():
