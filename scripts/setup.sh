@@ -10,6 +10,7 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

@@ -60,8 +60,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A throwaway CA with a server certificate (127.0.0.1) and a client certificate."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
+    assert shutil.which("openssl"), "the TLS tests need the openssl command: run scripts/setup.sh"
     d = tmp_path_factory.mktemp("pki")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA",
