@@ -31,6 +31,7 @@ from ledgerstore.errors import (
     BookieIOError,
     ConfigError,
     InvalidArgumentError,
+    LedgerStoreError,
     NoSuchEntryError,
     NoSuchLedgerError,
     UnauthorizedAccessError,
@@ -78,6 +79,8 @@ _OFFSET_MASK = 0xFFFFFFFF
 _COMPACT_BATCH_BYTES = 1 * _MiB
 _FLUSH_LEDGER_CHUNK = 64
 _INDEX_UPDATE_CHUNK = 2048
+# get_entries releases the lock after reading about this many bytes.
+_READ_BATCH_BYTES = 1 * _MiB
 
 
 class _Page:
@@ -623,6 +626,89 @@ class EntryLogStorage(StorageEngine):
             self._unsynced_index.add(led.path)
         return fd
 
+    def add_entries(self, ledger_id: int, entries: Sequence[tuple[int, bytes]]) -> None:
+        """Append the entries to the active log's buffer and point their index slots at them,
+        holding the lock once for the whole batch. Records, rolls, buffer writes and index slots
+        are exactly those of :meth:`add_entry` called for each entry in order. Every id is checked
+        before anything is stored, so an out-of-range id stores nothing of the batch."""
+        if not entries:
+            return
+        if not 0 <= ledger_id <= _MAX_ID:
+            raise InvalidArgumentError(f"entry ({ledger_id}, {entries[0][0]}) is outside 0..2**63-1")
+        pack_ids = RECORD_IDS.pack
+        pack_head = RECORD_LEN_CRC.pack
+        # Checksums and record headers are computed before taking the lock, as add_entry does.
+        records: list[tuple[int, bytes, Any, int]] = []
+        for entry_id, data in entries:
+            if not 0 <= entry_id <= _MAX_ID:
+                raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
+            ids = pack_ids(ledger_id, entry_id)
+            n = len(data)
+            head = pack_head(n, crc32c(data, crc32c(ids))) + ids
+            records.append((entry_id, head, data, RECORD_HEADER_SIZE + n))
+        limit = self._log_limit
+        wbs = self._wbs
+        spp = self._spp
+        set_slot = self._set_slot
+        with self._lock:
+            if self._closed or not self._opened:
+                self._check_open()
+            led = self._ledgers.get(ledger_id)
+            if led is None:
+                led = self._get_or_create(ledger_id)
+            dir_idx = led.dir_idx
+            lg = self._active[dir_idx]
+            if lg is None:
+                lg = self._roll(dir_idx)
+            base = lg.log_id << 32
+            # size: bytes in lg, buffered ones included (write_out moves bytes from the buffer
+            # to ``written`` without changing the sum); segment: size when this batch began
+            # appending to lg, so size - segment is what lg's ledger map has yet to count.
+            size = segment = lg.size
+            last = led.last
+            stored = 0
+            # The index page the previous entry went to. While entries stay on it, its slots
+            # are set directly: set_slot already made it dirty and cached it, and nothing can
+            # clean or evict it before the lock is released, except our own set_slot calls.
+            cur_no = -1
+            slots = None
+            try:
+                for entry_id, head, data, rec in records:
+                    if size + rec > limit and size > LOG_HEADER_SIZE:
+                        # The finished log's ledger map is written by _roll: count its bytes first.
+                        if size > segment:
+                            _account(lg, ledger_id, size - segment)
+                            segment = size  # nothing more to count if _roll fails
+                        lg = self._roll(dir_idx)
+                        base = lg.log_id << 32
+                        size = segment = lg.size
+                    # Re-read each time: write_out(), here or by a cache eviction in set_slot,
+                    # replaces the buffer object.
+                    buf = lg.buf
+                    assert buf is not None
+                    buf += head
+                    buf += data
+                    if len(buf) >= wbs:
+                        lg.write_out()
+                    # Record first, slot second: an eviction inside set_slot writes the log
+                    # buffer out before the page, so the index never points past the log's data.
+                    page_no, slot = divmod(entry_id, spp)
+                    if page_no == cur_no:
+                        slots[slot] = (base | size) + 1  # type: ignore[index]
+                    else:
+                        set_slot(led, entry_id, (base | size) + 1)
+                        cur_no = page_no
+                        slots = led.cur_page.slots  # type: ignore[union-attr]
+                    size += rec
+                    if entry_id > last:
+                        last = entry_id
+                    stored += 1
+            finally:
+                if size > segment:
+                    _account(lg, ledger_id, size - segment)
+                led.last = last
+                self._entries_written += stored
+
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """The entry's data, verified against its record's CRC32C and ids."""
         with self._lock:
@@ -630,21 +716,65 @@ class EntryLogStorage(StorageEngine):
             led = self._ledgers.get(ledger_id)
             if led is None:
                 raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
-            if entry_id < 0 or entry_id > led.last:
-                raise NoSuchEntryError(
-                    f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {led.last})"
-                )
-            v = self._slot(led, entry_id)
-            if not v:
-                raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
-            v -= 1
-            lg = self._logs.get(v >> 32)
-            if lg is None:
-                raise BookieIOError(
-                    f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "
-                    f"{v >> 32:08x}, which does not exist"
-                )
-            return lg.read_record(v & _OFFSET_MASK, ledger_id, entry_id)
+            return self._read_locked(led, entry_id)
+
+    def get_entries(self, ledger_id: int, entry_ids: Sequence[int]) -> list[bytes | BaseException]:
+        """The data of each entry, or the error :meth:`get_entry` would raise for it. The ledger is
+        looked up once per hold of the lock; the lock is released after about every MiB read so
+        adds are not held up behind a large batch of reads."""
+        results: list[bytes | BaseException] = []
+        append = results.append
+        read = self._read_locked
+        count = len(entry_ids)
+        i = 0
+        while i < count:
+            with self._lock:
+                try:
+                    self._check_open()
+                    led = self._ledgers.get(ledger_id)
+                    if led is None:
+                        raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+                except LedgerStoreError as exc:
+                    failure = exc
+                else:
+                    nbytes = 0
+                    while i < count and nbytes < _READ_BATCH_BYTES:
+                        entry_id = entry_ids[i]
+                        i += 1
+                        try:
+                            data = read(led, entry_id)
+                        except (LedgerStoreError, OSError) as exc:
+                            append(exc)
+                            continue
+                        nbytes += len(data)
+                        append(data)
+                    continue
+            # Every remaining id fails the same way; each gets its own instance, as separate
+            # get_entry calls would.
+            append(failure)
+            for _ in range(i + 1, count):
+                append(type(failure)(str(failure)))
+            break
+        return results
+
+    def _read_locked(self, led: _Ledger, entry_id: int) -> bytes:
+        """The verified data of one entry of ``led``. Lock held."""
+        ledger_id = led.ledger_id
+        if entry_id < 0 or entry_id > led.last:
+            raise NoSuchEntryError(
+                f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {led.last})"
+            )
+        v = self._slot(led, entry_id)
+        if not v:
+            raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
+        v -= 1
+        lg = self._logs.get(v >> 32)
+        if lg is None:
+            raise BookieIOError(
+                f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "
+                f"{v >> 32:08x}, which does not exist"
+            )
+        return lg.read_record(v & _OFFSET_MASK, ledger_id, entry_id)
 
     # --- checkpoint ------------------------------------------------------------------------------
 
@@ -892,6 +1022,13 @@ class EntryLogStorage(StorageEngine):
                     "pinned_logs": sum(1 for lg in self._logs.values() if lg.pinned),
                 },
             )
+
+
+def _account(lg: EntryLog, ledger_id: int, nbytes: int) -> None:
+    """Count ``nbytes`` of records of ``ledger_id`` in the log's ledger map. Lock held."""
+    m = lg.ledgers
+    m[ledger_id] = m.get(ledger_id, 0) + nbytes
+    lg.total += nbytes
 
 
 def _positive_int(opts: dict[str, Any], key: str) -> int:

@@ -25,7 +25,9 @@ requests = st.one_of(
     st.builds(codec.BookieInfoRequest, u64),
     st.builds(codec.AddBatchRequest, u64, u64, key,
               st.lists(st.tuples(eid, st.binary(max_size=300)), max_size=20).map(tuple),
-              st.sampled_from([0, codec.FLAG_RECOVERY_ADD])),
+              st.sampled_from([0, codec.FLAG_RECOVERY_ADD])).map(
+        # a decoded batch also carries its entry section as received (what a bookie journals)
+        lambda r: r._replace(raw_entries=b"".join(struct.pack(">QI", e, len(d)) + d for e, d in r.entries))),
     st.builds(codec.ReadMultiRequest, u64, u64, st.lists(i64, max_size=50).map(tuple)),
 )
 statuses = st.sampled_from(list(Status))
@@ -36,8 +38,10 @@ responses = st.one_of(
               st.sampled_from([Op.READ_LAC, Op.LONG_POLL_LAC])),
     st.builds(lambda r, s, f, t, n, ro: codec.Response(Op.BOOKIE_INFO, s, r, free_bytes=f, total_bytes=t, ledgers=n, read_only=ro),
               u64, statuses, u64, u64, u64, st.booleans()),
-    st.builds(lambda r, s, lid, items: codec.Response(Op.ADD_BATCH, s, r, lid, items=items), u64, statuses, u64,
-              st.lists(st.tuples(u64, statuses.map(int)), max_size=30).map(tuple)),
+    st.builds(lambda r, s, lid, items: codec.Response(Op.ADD_BATCH, s, r, lid, items=items, count=len(items)), u64,
+              statuses, u64, st.lists(st.tuples(u64, statuses.map(int)), max_size=30).map(tuple)),
+    st.builds(lambda r, lid, n: codec.Response(Op.ADD_BATCH, Status.OK, r, lid, count=n, all_ok=True), u64, u64,
+              st.integers(1, 2**32 - 1)),
     st.builds(lambda r, s, lid, items: codec.Response(Op.READ_MULTI, s, r, lid, items=items), u64, statuses, u64,
               st.lists(st.tuples(i64, statuses.map(int), st.binary(max_size=100)), max_size=20).map(tuple)),
 )

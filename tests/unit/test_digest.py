@@ -36,3 +36,32 @@ def test_hmac_depends_on_password() -> None:
 def test_unknown_digest_type() -> None:
     with pytest.raises(InvalidArgumentError, match="crc32c"):
         DigestManager(1, "md5")
+
+
+@pytest.mark.parametrize("dtype", DIGEST_TYPES)
+@given(payloads=st.lists(st.binary(max_size=200), min_size=1, max_size=20), first=st.integers(0, 2**40), lac=st.integers(-1, 2**40))
+def test_sign_many_signs_like_sign(dtype: str, payloads: list[bytes], first: int, lac: int) -> None:
+    dm = DigestManager(5, dtype, b"pw")
+    assert dm.sign_many(first, lac, payloads) == [dm.sign(first + i, lac, p) for i, p in enumerate(payloads)]
+    assert dm.sign_many(first, lac, [bytearray(p) for p in payloads]) == dm.sign_many(first, lac, payloads)
+
+
+@pytest.mark.parametrize("dtype", DIGEST_TYPES)
+def test_verify_into_keeps_only_valid_copies(dtype: str) -> None:
+    dm = DigestManager(5, dtype, b"pw")
+    signed = dm.sign_many(0, -1, [b"a" * 10, b"b" * 10, b"c" * 10, b"d" * 10, b"e" * 10])
+    damaged = bytearray(signed[1])
+    damaged[-1] ^= 1
+    items = [
+        (0, 0, signed[0]),
+        (1, 0, bytes(damaged)),                         # flipped payload byte
+        (2, 0, signed[3]),                               # another entry's copy
+        (3, 8, b""),                                     # not OK on the bookie
+        (4, 0, signed[4][:10]),                          # shorter than its header
+        (5, 0, DigestManager(6, dtype, b"pw").sign(5, -1, b"x")),  # another ledger
+    ]
+    out: dict[int, object] = {}
+    dm.verify_into(items, out)
+    expected = {0} if dtype != "none" else {0, 1}  # without a digest only ids and ledger are checked
+    assert set(out) == expected
+    assert out[0] == dm.verify(signed[0], 0)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 from pathlib import Path
 
 import pytest
 
 from ledgerstore.bookie.journal import (
     ADD,
+    ADD_BATCH,
     FENCE,
     Journal,
     LogMark,
@@ -104,4 +106,39 @@ def test_rolls_at_size_and_keeps_backups(tmp_path: Path) -> None:
 def test_damaged_mark_is_reported(tmp_path: Path) -> None:
     (tmp_path / "lastMark").write_bytes(b"garbage")
     with pytest.raises(BookieIOError, match="LastLogMark"):
+        replayed(tmp_path)
+
+
+def _batch(ledger_id: int, entries: list[tuple[int, bytes]]) -> bytes:
+    """A batch record as a bookie writes it: the wire's ADD_BATCH entry section as its data."""
+    section = b"".join(struct.pack(">QI", eid, len(data)) + data for eid, data in entries)
+    return encode_record(ADD_BATCH, ledger_id, len(entries), section)
+
+
+def test_batch_records_replay_as_one_add_per_entry(tmp_path: Path) -> None:
+    first = [(i, f"entry-{i}".encode() * 3) for i in range(100)]
+    run_journal(tmp_path, [_batch(7, first), encode_record(ADD, 7, 100, b"single"), _batch(8, [(0, b"")])])
+    got = replayed(tmp_path)
+    assert [(r.type, r.ledger_id, r.entry_id, r.data) for r in got] == (
+        [(ADD, 7, e, d) for e, d in first] + [(ADD, 7, 100, b"single"), (ADD, 8, 0, b"")])
+    # every entry of a batch carries the position after the whole batch: a checkpoint mark
+    # never falls inside a batch
+    assert len({r.mark for r in got[:100]}) == 1 and got[0].mark < got[100].mark
+
+
+def test_torn_batch_record_loses_the_whole_batch_only(tmp_path: Path) -> None:
+    run_journal(tmp_path, [_batch(1, [(i, b"k" * 40) for i in range(10)])])
+    (_, path), = journal_files(tmp_path)
+    size = path.stat().st_size
+    with open(path, "ab") as fh:
+        fh.write(_batch(1, [(i, b"k" * 40) for i in range(10, 20)])[:-7])
+    assert [r.entry_id for r in replayed(tmp_path)] == list(range(10))
+    assert path.stat().st_size == size
+
+
+def test_batch_record_whose_entries_overrun_it_is_an_error(tmp_path: Path) -> None:
+    # a checksummed record that lies about its entries cannot come from a torn write
+    section = struct.pack(">QI", 0, 500) + b"short"
+    run_journal(tmp_path, [encode_record(ADD_BATCH, 1, 1, section)])
+    with pytest.raises(BookieIOError, match="overruns the record"):
         replayed(tmp_path)

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ledgerstore.errors import LedgerStoreError
+
 
 @dataclasses.dataclass(slots=True)
 class StorageStats:
@@ -37,6 +39,7 @@ class StorageEngine(abc.ABC):
     Errors: ``get_entry`` raises :class:`~ledgerstore.errors.NoSuchLedgerError` for an unknown
     ledger and :class:`~ledgerstore.errors.NoSuchEntryError` for a missing entry; a record whose
     checksum fails raises :class:`~ledgerstore.errors.BookieIOError` — never corrupt bytes.
+    ``get_entries`` returns these errors per entry instead of raising them.
     """
 
     name: str = ""
@@ -78,6 +81,42 @@ class StorageEngine(abc.ABC):
     @abc.abstractmethod
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """Return the stored bytes of an entry."""
+
+    def add_entries(self, ledger_id: int, entries: Sequence[tuple[int, bytes]]) -> None:
+        """Store many ``(entry_id, data)`` pairs of one ledger: the same semantics and errors as
+        calling :meth:`add_entry` for each pair in order (a later pair with the same entry id
+        overwrites an earlier one). An empty sequence does nothing.
+
+        On error (for example :class:`~ledgerstore.errors.InvalidArgumentError` for an entry id
+        out of range, or :class:`~ledgerstore.errors.BookieIOError`) the entries before the
+        failing one may or may not have been stored, and none after it; the caller treats the
+        whole batch as failed (and the journal replays whatever it acknowledged).
+
+        The default calls :meth:`add_entry` for each pair; engines override it to take their
+        locks and look up the ledger once per batch rather than once per entry."""
+        add = self.add_entry
+        for entry_id, data in entries:
+            add(ledger_id, entry_id, data)
+
+    def get_entries(self, ledger_id: int, entry_ids: Sequence[int]) -> list[bytes | BaseException]:
+        """One result per id of ``entry_ids``, in order: the entry's stored bytes, or the exception
+        instance :meth:`get_entry` would have raised for it
+        (:class:`~ledgerstore.errors.NoSuchLedgerError`,
+        :class:`~ledgerstore.errors.NoSuchEntryError`,
+        :class:`~ledgerstore.errors.BookieIOError`, ...). Per-entry failures are returned, never
+        raised, so one missing or damaged entry does not fail the others.
+
+        The default calls :meth:`get_entry` for each id, collecting every
+        :class:`~ledgerstore.errors.LedgerStoreError` and :class:`OSError`; engines override it to
+        take their locks and look up the ledger once per batch."""
+        get = self.get_entry
+        results: list[bytes | BaseException] = []
+        for entry_id in entry_ids:
+            try:
+                results.append(get(ledger_id, entry_id))
+            except (LedgerStoreError, OSError) as exc:
+                results.append(exc)
+        return results
 
     @abc.abstractmethod
     def last_entry_id(self, ledger_id: int) -> int:

@@ -3,7 +3,8 @@
 Writes follow BookKeeper's ``BenchThroughputLatency``: one payload of ``entry_size`` random bytes
 is appended round-robin to ``ledgers`` ledgers with ``append_async`` (pipelined), never more than
 ``throttle`` adds outstanding. An add's latency runs from just before ``append_async`` to its
-acknowledgement callback (``time.perf_counter``). Adds issued during ``warmup`` seconds are
+acknowledgement callback (``time.perf_counter``). With ``batch`` N > 1, N entries go in each
+``append_many_async`` call and share one future and one latency. Adds issued during ``warmup`` seconds are
 acknowledged but not measured. Throughput counts measured acknowledgements, per second and overall.
 
 Reads open a closed ledger (the workload writes one first unless given a ledger id) without
@@ -51,13 +52,17 @@ class WriteOptions:
     password: bytes = b"ledgerstore-bench"
     #: leave the ledgers in the cluster (closed) instead of deleting them at the end
     keep_ledgers: bool = False
+    #: entries per call: 1 appends each entry with ``append_async`` (a future per entry, as
+    #: BookKeeper's benchmark does); N > 1 appends N at a time with ``append_many_async`` (one
+    #: future per batch; every entry of a batch gets the batch's latency)
+    batch: int = 1
 
     def validate(self) -> None:
         """Raise :class:`InvalidArgumentError` naming the first bad option."""
         if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
             raise InvalidArgumentError(
                 f"need ensemble >= write quorum >= ack quorum >= 1, got {self.ensemble}/{self.write_quorum}/{self.ack_quorum}")
-        for name in ("entry_size", "ledgers", "throttle"):
+        for name in ("entry_size", "ledgers", "throttle", "batch"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.count is None and self.duration is None:
@@ -158,33 +163,35 @@ class _Acks:
         self.last_ack = 0.0
         self.per_second: list[int] = []
 
-    def issued(self) -> None:
-        self.outstanding += 1
+    def issued(self, n: int = 1) -> None:
+        self.outstanding += n
         self.drained.clear()
 
-    def done(self, t0: float, measured: bool, fut: asyncio.Future[int]) -> None:
+    def done(self, t0: float, measured: bool, fut: asyncio.Future[int], n: int = 1) -> None:
+        """``n`` adds (one call) ended; a batch's latency is recorded once, since all of its
+        entries share it and every batch has the same size."""
         now = time.perf_counter()
-        self.outstanding -= 1
+        self.outstanding -= n
         if self.outstanding < self.throttle:
             self.space.set()
         if self.outstanding == 0:
             self.drained.set()
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is not None:
-            self.errors += 1
+            self.errors += n
             if self.first_error is None:
                 self.first_error = exc
             return
         if not measured:
-            self.warm += 1
+            self.warm += n
             return
         self.latency.record(now - t0)
-        self.measured += 1
+        self.measured += n
         self.last_ack = now
         sec = int(now - self.measure_from)
         while len(self.per_second) <= sec:
             self.per_second.append(0)
-        self.per_second[sec] += 1
+        self.per_second[sec] += n
 
 
 async def _ticker(on_tick: TickCallback, started: float, done: Callable[[], int]) -> None:
@@ -202,6 +209,8 @@ async def run_writes(client: Any, opts: WriteOptions, on_tick: TickCallback | No
         for _ in range(opts.ledgers)
     ]
     payload = os.urandom(opts.entry_size)
+    batch = opts.batch
+    payloads = [payload] * batch
     acks = _Acks(opts.throttle)
     start = time.perf_counter()
     measuring = opts.warmup <= 0
@@ -229,12 +238,17 @@ async def run_writes(client: Any, opts: WriteOptions, on_tick: TickCallback | No
             lh = handles[i % len(handles)]
             i += 1
             t0 = time.perf_counter()
-            fut = lh.append_async(payload)
-            acks.issued()
-            fut.add_done_callback(functools.partial(acks.done, t0, measuring))
+            if batch == 1:
+                fut = lh.append_async(payload)
+                acks.issued()
+                fut.add_done_callback(functools.partial(acks.done, t0, measuring))
+            else:
+                fut = lh.append_many_async(payloads)
+                acks.issued(batch)
+                fut.add_done_callback(functools.partial(acks.done, t0, measuring, n=batch))
             if measuring:
-                issued_measured += 1
-            if i % _YIELD_EVERY == 0:
+                issued_measured += batch
+            if (i * batch) % _YIELD_EVERY < batch:
                 await asyncio.sleep(0)
         await acks.drained.wait()
     finally:

@@ -6,7 +6,9 @@ then records::
 
     u32 body length | u32 crc32c(body) | body = u8 type | u64 ledger id | u64 entry id | data
 
-Types: ADD (data = signed entry), FENCE (no data), MASTER_KEY (data = key). A record whose length
+Types: ADD (data = signed entry), FENCE (no data), MASTER_KEY (data = key), ADD_BATCH (entry id
+field = entry count, data = count x (u64 entry id | u32 length | signed entry), the entry section
+of the wire's ADD_BATCH request as received; read back as one ADD record per entry). A record whose length
 or checksum does not hold at the tail of the newest file is a torn write from a crash: replay
 truncates the file there. The same damage anywhere else is corruption and stops start-up.
 
@@ -44,7 +46,8 @@ MARK = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
 MAX_RECORD = 64 * 1024 * 1024
 
-ADD, FENCE, MASTER_KEY = 1, 2, 3
+ADD, FENCE, MASTER_KEY, ADD_BATCH = 1, 2, 3, 4
+_BATCH_ITEM = struct.Struct(">QI")
 _NAME = re.compile(r"^journal-([0-9a-f]{16})\.log$")
 
 
@@ -150,8 +153,29 @@ def scan_file(path: Path, start: int = 0, *, repair: bool = False) -> Iterator[R
                 raise BookieIOError(f"{path}: {problem} at offset {where}")
             body = view[off + REC_HEADER.size : end]
             rtype, lid, eid = REC_BODY.unpack_from(body)
-            yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), LogMark(file_id, pos + end))
+            mark = LogMark(file_id, pos + end)
+            if rtype == ADD_BATCH:
+                yield from _split_batch(path, pos + off, lid, eid, body[REC_BODY.size :], mark)
+            else:
+                yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), mark)
             off = end
+
+
+def _split_batch(path: Path, where: int, ledger_id: int, count: int, data: memoryview, mark: LogMark) -> Iterator[Record]:
+    """The ADD records of a checksummed ADD_BATCH record (all carry the mark after the batch)."""
+    pos, n = 0, len(data)
+    unpack = _BATCH_ITEM.unpack_from
+    for i in range(count):
+        if n - pos < _BATCH_ITEM.size:
+            raise BookieIOError(f"{path}: batch record at offset {where} holds {i} of its {count} entries")
+        eid, size = unpack(data, pos)
+        pos += _BATCH_ITEM.size
+        if size > n - pos:
+            raise BookieIOError(f"{path}: batch record at offset {where}: entry {eid} overruns the record")
+        yield Record(ADD, ledger_id, eid, bytes(data[pos : pos + size]), mark)
+        pos += size
+    if pos != n:
+        raise BookieIOError(f"{path}: batch record at offset {where} has {n - pos} bytes after its {count} entries")
 
 
 Callback = Callable[[], None]

@@ -21,7 +21,7 @@ from typing import Any
 from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, StorageEngine
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie import cookie as cookies
-from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, Journal, Record, encode_record
+from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, Record, encode_record
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import (
     BookieIOError,
@@ -34,7 +34,7 @@ from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManag
 from ledgerstore.plugins import create_metadata_store, create_transport, load_driver, notify
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
-from ledgerstore.proto.digest import parse_entry_header
+from ledgerstore.proto.digest import ENTRY_HEADER, parse_entry_header
 
 log = logging.getLogger(__name__)
 
@@ -563,15 +563,57 @@ class Bookie:
             conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, lid, [(e, status) for e, _ in entries]))
             return
         assert self.engine is not None and self.journal is not None
+        # every signed entry must name this ledger and the id it is sent under
+        unpack = ENTRY_HEADER.unpack_from
+        hsize = ENTRY_HEADER.size
+        max_lac = -1
+        bad = False
+        for eid, entry in entries:
+            if len(entry) < hsize:
+                bad = True
+                break
+            hl, he, lac = unpack(entry)
+            if hl != lid or he != eid:
+                bad = True
+                break
+            if lac > max_lac:
+                max_lac = lac
+        if bad or not req.raw_entries:
+            self._add_batch_each(conn, req, inflight)
+            return
+        try:
+            self.engine.add_entries(lid, entries)
+        except (LedgerStoreError, OSError) as exc:
+            log.error("storage failed to add a batch of %d entries of ledger %d: %s", len(entries), lid, exc)
+            conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, lid,
+                                                      [(e, Status.IO_ERROR) for e, _ in entries]))
+            return
+        n = len(entries)
+        c.add_bytes += len(req.raw_entries) - 12 * n
+        self._note_lac(lid, max_lac)
+        self._inflight[conn] = inflight + n
+        # the entry section as received is the journal record's data: nothing is encoded per entry
+        self.journal.append(encode_record(ADD_BATCH, lid, n, req.raw_entries),
+                            (conn, codec.encode_add_batch_all_ok(req.request_id, lid, n), n), n)
+
+    def _note_lac(self, lid: int, lac: int) -> None:
+        if lac > self._lac.get(lid, -1):
+            self._lac[lid] = lac
+            if lid in self._lac_waiters:
+                self._wake_lac_waiters(lid)
+
+    def _add_batch_each(self, conn: ServerConnection, req: codec.AddBatchRequest, inflight: int) -> None:
+        """A batch with malformed entries: store and answer entry by entry."""
+        assert self.engine is not None and self.journal is not None
+        lid = req.ledger_id
         add = self.engine.add_entry
-        header = parse_entry_header
         items: list[tuple[int, int]] = []
         records: list[bytes] = []
-        max_lac = self._lac.get(lid, -1)
+        max_lac = -1
         nbytes = 0
-        for eid, entry in entries:
+        for eid, entry in req.entries:
             try:
-                hl, he, lac = header(entry)
+                hl, he, lac = parse_entry_header(entry)
             except LedgerStoreError:
                 hl = he = lac = -1
             if hl != lid or he != eid:
@@ -588,11 +630,8 @@ class Bookie:
             nbytes += len(entry)
             if lac > max_lac:
                 max_lac = lac
-        c.add_bytes += nbytes
-        if max_lac > self._lac.get(lid, -1):
-            self._lac[lid] = max_lac
-            if lid in self._lac_waiters:
-                self._wake_lac_waiters(lid)
+        self.counters.add_bytes += nbytes
+        self._note_lac(lid, max_lac)
         frame = codec.encode_add_batch_response(req.request_id, Status.OK, lid, items)
         if records:
             self._inflight[conn] = inflight + len(records)
@@ -605,31 +644,25 @@ class Bookie:
         TOO_MANY_REQUESTS for the client to ask again."""
         assert self.engine is not None
         self.counters.read_requests += len(req.entry_ids)
-        get = self.engine.get_entry
         budget = self.config.max_frame_size - 64 - 14 * len(req.entry_ids)
         items: list[tuple[int, int, bytes]] = []
-        for eid in req.entry_ids:
-            if budget <= 0:
-                items.append((eid, Status.TOO_MANY_REQUESTS, b""))
-                continue
-            try:
-                data = get(req.ledger_id, eid)
-            except NoSuchLedgerError:
-                items.append((eid, Status.NO_SUCH_LEDGER, b""))
-                continue
-            except NoSuchEntryError:
-                items.append((eid, Status.NO_SUCH_ENTRY, b""))
-                continue
-            except (BookieIOError, OSError) as exc:
-                log.error("read of ledger %d entry %d failed: %s", req.ledger_id, eid, exc)
-                items.append((eid, Status.IO_ERROR, b""))
-                continue
-            if len(data) > budget:
-                items.append((eid, Status.TOO_MANY_REQUESTS, b""))
-                budget = 0
-                continue
-            budget -= len(data)
-            items.append((eid, Status.OK, data))
+        append = items.append
+        for eid, got in zip(req.entry_ids, self.engine.get_entries(req.ledger_id, req.entry_ids), strict=True):
+            if isinstance(got, bytes):
+                if budget <= 0 or len(got) > budget:
+                    # past the frame limit: the client asks again for the rest
+                    append((eid, Status.TOO_MANY_REQUESTS, b""))
+                    budget = 0
+                    continue
+                budget -= len(got)
+                append((eid, Status.OK, got))
+            elif isinstance(got, NoSuchLedgerError):
+                append((eid, Status.NO_SUCH_LEDGER, b""))
+            elif isinstance(got, NoSuchEntryError):
+                append((eid, Status.NO_SUCH_ENTRY, b""))
+            else:
+                log.error("read of ledger %d entry %d failed: %s", req.ledger_id, eid, got)
+                append((eid, Status.IO_ERROR, b""))
         conn.send(codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items))
 
     def _on_durable(self, tokens: list[Any]) -> None:

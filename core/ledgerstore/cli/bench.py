@@ -39,9 +39,10 @@ def _output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _on_cluster(metadata: str | None, bookies: int, storage: str, quiet: bool,
                 work: Callable[[str], Coroutine[Any, Any, T]]) -> tuple[T, str]:
     """Run ``work(metadata_uri)`` on the given cluster or on a temporary local one."""
-    from ledgerstore.runtime import install_fast_loop
+    from ledgerstore.runtime import install_fast_loop, tune_gc
 
     install_fast_loop()
+    tune_gc()
     if metadata:
         return run_async(work(metadata)), metadata
     from ledgerstore.cluster import LocalCluster
@@ -87,12 +88,14 @@ def bench() -> None:
 @click.option("--warmup", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="seconds of unmeasured writing first")
 @click.option("--digest", default="crc32c", show_default=True)
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+              help="entries per call: 1 = append_async per entry, N = append_many_async of N entries")
 @click.option("--keep-ledgers", is_flag=True, help="leave the ledgers (closed) instead of deleting them")
 @_output_options
 @handle_errors
 def writes(metadata: str | None, bookies: int, storage: str, ensemble: int, write_quorum: int, ack_quorum: int,
            entry_size: int, ledgers: int, throttle: int, duration: float | None, count: int | None, warmup: float,
-           digest: str, keep_ledgers: bool, as_json: bool, plot_path: str | None) -> None:
+           digest: str, batch: int, keep_ledgers: bool, as_json: bool, plot_path: str | None) -> None:
     """Pipelined adds: entries/s, MB/s and add latency percentiles."""
     from ledgerstore.aio import Client
     from ledgerstore.bench import WriteOptions, run_writes
@@ -102,7 +105,7 @@ def writes(metadata: str | None, bookies: int, storage: str, ensemble: int, writ
         duration = 10.0
     opts = WriteOptions(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, entry_size=entry_size,
                         ledgers=ledgers, throttle=throttle, duration=duration, count=count, warmup=warmup,
-                        digest=digest, keep_ledgers=keep_ledgers)
+                        digest=digest, batch=batch, keep_ledgers=keep_ledgers)
     opts.validate()
     if metadata is None and bookies < ensemble:
         raise ConfigError(f"--bookies {bookies} is fewer than the ensemble size {ensemble}")

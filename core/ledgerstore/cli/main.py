@@ -26,11 +26,12 @@ def bookie(config_path: str, log_level: str) -> None:
     """Run one bookie from a config file until SIGTERM/Ctrl-C."""
     from ledgerstore.bookie.server import run_bookie
     from ledgerstore.config import load_bookie_config
-    from ledgerstore.runtime import install_fast_loop
+    from ledgerstore.runtime import install_fast_loop, tune_gc
 
     setup_logging(log_level)
     cfg = load_bookie_config(config_path)
     install_fast_loop()
+    tune_gc()
     run_async(run_bookie(cfg, ready=lambda b: print(f"bookie {b.bookie_id} ready", flush=True)))
 
 

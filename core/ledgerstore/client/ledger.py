@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ledgerstore.errors import (
@@ -45,17 +45,41 @@ _READ_MULTI_ENTRIES = 2_000
 _BOOKIE_FAILURES = frozenset({Status.IO_ERROR, Status.READ_ONLY, Status.TOO_MANY_REQUESTS, Status.BAD_REQUEST})
 
 
-class _PendingAdd:
-    __slots__ = ("entry_id", "data", "acked", "future", "sent_to", "done", "failed")
+class _Group:
+    """Entries first sent together: one ADD_BATCH frame to each bookie of their write sets.
 
-    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int]) -> None:
+    Bit ``i`` of ``acked`` is set once ensemble index ``i`` stored every entry of the group sent
+    to it (a compact all-OK answer), so a whole frame is acknowledged without per-entry work.
+    """
+
+    __slots__ = ("acked",)
+
+    def __init__(self) -> None:
+        self.acked = 0
+
+
+class _PendingAdd:
+    """One add until it is acknowledged. ``acked`` and ``failed`` are bit sets of ensemble
+    indexes (per-entry answers; group-wide ones are in ``group.acked``); ``ensemble`` is the
+    bookie list the entry was last sent to (None: not sent yet)."""
+
+    __slots__ = ("entry_id", "data", "future", "group", "wsmask", "acked", "failed", "ensemble", "done")
+
+    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int] | None, wsmask: int) -> None:
         self.entry_id = entry_id
         self.data = data
-        self.acked: set[int] = set()
         self.future = future
-        self.sent_to: dict[int, str] = {}
+        self.group: _Group | None = None
+        self.wsmask = wsmask
+        self.acked = 0
+        self.failed = 0
+        self.ensemble: list[str] | None = None
         self.done = False
-        self.failed: set[int] = set()
+
+    def acks(self) -> int:
+        """Ensemble indexes of its write set that acknowledged it (a bit set)."""
+        g = self.group
+        return (self.acked | g.acked) & self.wsmask if g is not None else self.acked
 
 
 class ReadHandle:
@@ -116,41 +140,37 @@ class ReadHandle:
         answered with a valid copy goes through :meth:`read_entry` (fallback, speculation)."""
         md = self.md
         plan: dict[str, list[int]] = {}
-        orders: dict[tuple[int, int], str] = {}
         e_size = md.ensemble_size
-        for eid in range(first, last + 1):
-            frag_first, ensemble = md.ensemble_for(eid)
-            key = (frag_first, eid % e_size)
-            bid = orders.get(key)
-            if bid is None:
-                order = self.client._read_order(ensemble, md.write_set(eid))
-                bid = orders[key] = ensemble[order[0]]
-            ids = plan.get(bid)
-            if ids is None:
-                plan[bid] = [eid]
-            else:
-                ids.append(eid)
+        fragments = md.ensembles
+        for i, (frag_first, ensemble) in enumerate(fragments):
+            frag_last = fragments[i + 1][0] - 1 if i + 1 < len(fragments) else last
+            lo, hi = max(first, frag_first), min(last, frag_last)
+            if lo > hi:
+                continue
+            # entries with the same id modulo E share a write set: one preferred replica each
+            for r in range(e_size):
+                start = lo + (r - lo) % e_size
+                if start > hi:
+                    continue
+                order = self.client._read_order(ensemble, md.write_set(start))
+                ids = range(start, hi + 1, e_size)
+                plan.setdefault(ensemble[order[0]], []).extend(ids)
         timeout = self.client.config.read_timeout_s
         lid = self.ledger_id
         futs = []
         for bid, ids in plan.items():
+            ids.sort()
             ch = self.client.pool.get(bid)
             for i in range(0, len(ids), _READ_MULTI_ENTRIES):
                 chunk = ids[i : i + _READ_MULTI_ENTRIES]
                 futs.append(ch.request(lambda rid, chunk=chunk: codec.encode_read_multi(rid, lid, chunk), timeout))
         got: dict[int, Entry] = {}
-        verify = self.digest.verify
+        verify_into = self.digest.verify_into
         for r in await asyncio.gather(*futs, return_exceptions=True):
-            if not isinstance(r, codec.Response) or r.status != Status.OK:
-                continue
-            for item in r.items:
-                if item[1] == Status.OK:
-                    try:
-                        got[item[0]] = verify(item[2], item[0])  # type: ignore[arg-type]
-                    except DigestMismatchError:
-                        pass  # the fallback asks the other replicas
-        missing = [e for e in range(first, last + 1) if e not in got]
-        if missing:
+            if isinstance(r, codec.Response) and r.status == Status.OK:
+                verify_into(r.items, got)  # invalid copies are left out: the fallback asks other replicas
+        if len(got) != last - first + 1:
+            missing = [e for e in range(first, last + 1) if e not in got]
             for e, entry in zip(missing, await asyncio.gather(*(self.read_entry(e) for e in missing)), strict=True):
                 got[e] = entry
         return [got[e] for e in range(first, last + 1)]
@@ -297,7 +317,6 @@ class LedgerHandle(ReadHandle):
         super().__init__(client, md, password)
         self._next_entry_id = 0
         self._pending: collections.deque[_PendingAdd] = collections.deque()
-        self._by_id: dict[int, _PendingAdd] = {}
         self._error: LedgerStoreError | None = None
         self._closing = False
         self._changing = False
@@ -308,40 +327,90 @@ class LedgerHandle(ReadHandle):
         self._space = asyncio.Event()
         self._space.set()
         self._ensemble_task: asyncio.Task[None] | None = None
-        self._batches: dict[str, list[tuple[_PendingAdd, int]]] = {}
+        #: new adds not sent yet (they leave together at the end of the loop iteration)
+        self._unsent: list[_PendingAdd] = []
+        #: resends of single entries to single bookies: (bookie, ensemble index) -> adds
+        self._resends: dict[tuple[str, int], list[_PendingAdd]] = {}
         self._flush_scheduled = False
+        self._ws_md: LedgerMetadata | None = None
+        self._ws_masks: list[int] = []
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
         self.ack_observer: Callable[[int, str], None] | None = None
 
     # --- adding --------------------------------------------------------------------------------
 
+    def _refusal(self) -> LedgerStoreError | None:
+        if self._error is not None:
+            return self._error
+        if self._closing or self.md.is_closed:
+            return LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        return None
+
+    def _masks(self) -> list[int]:
+        """Write-set bit masks by ``entry_id % ensemble_size`` (recomputed when metadata changes)."""
+        md = self.md
+        if self._ws_md is not md:
+            self._ws_masks = [sum(1 << i for i in md.write_set(e)) for e in range(md.ensemble_size)]
+            self._ws_md = md
+        return self._ws_masks
+
     def append_async(self, payload: bytes) -> asyncio.Future[int]:
         """Queue an add; the future resolves to the entry id once Qa bookies acknowledged it and
         every earlier entry was acknowledged. Must be called on the client's event loop."""
-        loop = self.client.loop
-        fut: asyncio.Future[int] = loop.create_future()
-        if self._error is not None:
-            fut.set_exception(self._error)
-            return fut
-        if self._closing or self.md.is_closed:
-            fut.set_exception(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+        fut: asyncio.Future[int] = self.client.loop.create_future()
+        refusal = self._refusal()
+        if refusal is not None:
+            fut.set_exception(refusal)
             return fut
         if not isinstance(payload, bytes | bytearray | memoryview):
             fut.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
             return fut
-        eid = self._next_entry_id
-        self._next_entry_id += 1
-        data = self.digest.sign(eid, self._lac, bytes(payload))
-        pa = _PendingAdd(eid, data, fut)
-        self._pending.append(pa)
-        self._by_id[eid] = pa
-        self._length += len(payload)
-        self._drained.clear()
-        if len(self._pending) >= self.client.config.max_outstanding_adds > 0:
-            self._space.clear()
-        if not self._changing:
-            self._send(pa)
+        self._queue_adds((payload,), fut)
         return fut
+
+    def append_many_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
+        """Queue many adds at once; the future resolves to the entry id of the last one once all
+        of them are acknowledged (in order, as with :meth:`append_async`). Their entry ids are
+        consecutive, ending at the result. Much cheaper per entry than one future per add: use it
+        when the caller only needs to know that a whole batch is stored. Must be called on the
+        client's event loop."""
+        fut: asyncio.Future[int] = self.client.loop.create_future()
+        refusal = self._refusal()
+        if refusal is not None:
+            fut.set_exception(refusal)
+            return fut
+        if not payloads:
+            fut.set_exception(InvalidArgumentError("append_many needs at least one payload"))
+            return fut
+        for p in payloads:
+            if not isinstance(p, bytes | bytearray | memoryview):
+                fut.set_exception(InvalidArgumentError(f"payloads must be bytes, not {type(p).__name__}"))
+                return fut
+        self._queue_adds(payloads, fut)
+        return fut
+
+    def _queue_adds(self, payloads: Sequence[bytes], fut: asyncio.Future[int]) -> None:
+        """Sign ``payloads`` as the next entries; ``fut`` goes with the last one."""
+        eid = self._next_entry_id
+        masks = self._masks()
+        e_size = len(masks)
+        pending = self._pending
+        unsent = self._unsent
+        datas = self.digest.sign_many(eid, self._lac, payloads)
+        pas = [_PendingAdd(e, d, None, masks[e % e_size]) for e, d in enumerate(datas, eid)]
+        pas[-1].future = fut
+        pending.extend(pas)
+        unsent.extend(pas)
+        eid += len(pas)
+        length = sum(map(len, payloads))
+        self._next_entry_id = eid
+        self._length += length
+        self._drained.clear()
+        if len(pending) >= self.client.config.max_outstanding_adds > 0:
+            self._space.clear()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.client.loop.call_soon(self._flush)
 
     async def append(self, payload: bytes) -> int:
         """Add one entry and wait for its acknowledgement; returns its entry id."""
@@ -349,90 +418,154 @@ class LedgerHandle(ReadHandle):
             await self._space.wait()
         return await self.append_async(payload)
 
+    async def append_many(self, payloads: Sequence[bytes]) -> int:
+        """Add many entries and wait until all are acknowledged; returns the last one's entry id."""
+        if not self._space.is_set():
+            await self._space.wait()
+        return await self.append_many_async(payloads)
+
     def _send(self, pa: _PendingAdd, only: set[int] | None = None) -> None:
-        """Queue ``pa`` for its write set's bookies; all adds queued in one loop iteration go to
-        each bookie as one ADD_BATCH frame."""
+        """Queue ``pa`` again for (some of) its write set's bookies in its fragment's ensemble;
+        such resends leave as per-bookie batches at the end of the loop iteration."""
         md = self.md
         _, ensemble = md.ensemble_for(pa.entry_id)
-        batches = self._batches
+        pa.ensemble = ensemble
+        resends = self._resends
         for idx in md.write_set(pa.entry_id):
             if only is not None and idx not in only:
                 continue
-            bid = ensemble[idx]
-            pa.sent_to[idx] = bid
-            b = batches.get(bid)
+            key = (ensemble[idx], idx)
+            b = resends.get(key)
             if b is None:
-                batches[bid] = [(pa, idx)]
+                resends[key] = [pa]
             else:
-                b.append((pa, idx))
+                b.append(pa)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.client.loop.call_soon(self._flush_batches)
+            self.client.loop.call_soon(self._flush)
 
-    def _flush_batches(self) -> None:
+    def _flush(self) -> None:
+        """Send what this loop iteration queued: new adds as groups (each group's entries in one
+        frame per bookie, encoded once when every bookie gets all of them), then resends."""
         self._flush_scheduled = False
-        batches, self._batches = self._batches, {}
-        pool = self.client.pool
-        timeout = self.client.config.add_timeout_s
-        limit = self.client.config.max_frame_size // 2
-        for bid, items in batches.items():
-            ch = pool.get(bid)
+        unsent, self._unsent = self._unsent, []
+        if unsent and not self._changing and self._error is None:
+            # while the ensemble changes, unsent adds wait: the change sends every pending add
+            # that has no ensemble yet
+            limit = self.client.config.max_frame_size // 2
             start = 0
-            while start < len(items):
+            while start < len(unsent):
                 size = 0
                 end = start
-                while end < len(items) and end - start < _BATCH_ENTRIES and (size < limit or end == start):
-                    size += len(items[end][0].data) + 12
+                stop = min(len(unsent), start + _BATCH_ENTRIES)
+                while end < stop and (size < limit or end == start):
+                    size += len(unsent[end].data) + 12
                     end += 1
-                chunk = items[start:end]
+                self._send_group(unsent[start:end])
                 start = end
-                rid = ch.next_rid()
-                frame = codec.encode_add_batch(rid, self.ledger_id, self.master_key,
-                                               [(pa.entry_id, pa.data) for pa, _ in chunk])
-                ch.send(rid, frame, lambda resp, exc, chunk=chunk, bid=bid: self._on_batch_response(chunk, bid, resp, exc),
-                        timeout)
+        if self._resends:
+            resends, self._resends = self._resends, {}
+            for (bid, idx), pas in resends.items():
+                self._send_chunks(bid, idx, pas, None)
 
-    def _on_batch_response(self, chunk: list[tuple[_PendingAdd, int]], bid: str, resp: codec.Response | None,
-                           exc: BaseException | None) -> None:
+    def _send_group(self, pas: list[_PendingAdd]) -> None:
+        md = self.md
+        ensemble = md.current_ensemble
+        group = _Group()
+        for pa in pas:
+            pa.group = group
+            pa.ensemble = ensemble
+        e_size, wq = md.ensemble_size, md.write_quorum
+        lid, key = self.ledger_id, self.master_key
+        if e_size == wq:  # every bookie gets every entry: encode the frame once
+            body = codec.encode_add_batch_body(lid, key, [(pa.entry_id, pa.data) for pa in pas])
+            for idx, bid in enumerate(ensemble):
+                self._send_frame(bid, idx, pas, group, body)
+            return
+        per_idx: list[list[_PendingAdd]] = [[] for _ in range(e_size)]
+        for pa in pas:
+            first = pa.entry_id % e_size
+            for j in range(wq):
+                per_idx[(first + j) % e_size].append(pa)
+        for idx, bid in enumerate(ensemble):
+            if per_idx[idx]:
+                body = codec.encode_add_batch_body(lid, key, [(pa.entry_id, pa.data) for pa in per_idx[idx]])
+                self._send_frame(bid, idx, per_idx[idx], group, body)
+
+    def _send_chunks(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None) -> None:
+        limit = self.client.config.max_frame_size // 2
+        start = 0
+        while start < len(pas):
+            size = 0
+            end = start
+            stop = min(len(pas), start + _BATCH_ENTRIES)
+            while end < stop and (size < limit or end == start):
+                size += len(pas[end].data) + 12
+                end += 1
+            chunk = pas[start:end]
+            body = codec.encode_add_batch_body(self.ledger_id, self.master_key, [(pa.entry_id, pa.data) for pa in chunk])
+            self._send_frame(bid, idx, chunk, group, body)
+            start = end
+
+    def _send_frame(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None, body: bytes) -> None:
+        ch = self.client.pool.get(bid)
+        rid = ch.next_rid()
+        ch.send(rid, codec.add_batch_header(rid) + body,
+                lambda resp, exc: self._on_batch_response(pas, idx, bid, group, resp, exc),
+                self.client.config.add_timeout_s)
+
+    def _on_batch_response(self, pas: list[_PendingAdd], idx: int, bid: str, group: _Group | None,
+                           resp: codec.Response | None, exc: BaseException | None) -> None:
         observer = self.ack_observer
-        if resp is not None and resp.status == Status.OK and len(resp.items) == len(chunk):
-            aq = self.md.ack_quorum
-            progressed = False
-            throttled: list[tuple[_PendingAdd, int]] = []
-            for (pa, idx), item in zip(chunk, resp.items, strict=True):
-                if pa.done or pa.sent_to.get(idx) != bid:
+        if resp is not None and resp.status == Status.OK and resp.count == len(pas):
+            bit = 1 << idx
+            if resp.all_ok:
+                if group is not None:
+                    group.acked |= bit  # counts only for adds still in the group (see _change_ensemble)
+                    if observer is not None:
+                        for pa in pas:
+                            if pa.group is group:
+                                observer(pa.entry_id, bid)
+                else:
+                    for pa in pas:
+                        if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
+                            pa.acked |= bit
+                            if observer is not None:
+                                observer(pa.entry_id, bid)
+                self._complete()
+                return
+            throttled: list[_PendingAdd] = []
+            for pa, item in zip(pas, resp.items, strict=True):
+                if pa.done or pa.ensemble is None or pa.ensemble[idx] != bid:
                     continue  # late answer for an acknowledged entry, or from a replaced bookie
-                if item[1] == Status.TOO_MANY_REQUESTS:
-                    throttled.append((pa, idx))
-                elif item[1] == Status.OK:
-                    pa.acked.add(idx)
+                if item[1] == Status.OK:
+                    pa.acked |= bit
                     if observer is not None:
                         observer(pa.entry_id, bid)
-                    if len(pa.acked) >= aq:
-                        progressed = True
+                elif item[1] == Status.TOO_MANY_REQUESTS:
+                    throttled.append(pa)
                 else:
                     self._add_failed(pa, idx, bid, int(item[1]), None)
                     if self._error is not None:
                         return
-            if progressed:
-                self._complete()
+            self._complete()
             if throttled:  # the bookie is at its in-flight limit for us: back off, then resend
-                self.client.loop.call_later(_THROTTLE_BACKOFF_S, self._resend_throttled, throttled, bid)
+                self.client.loop.call_later(_THROTTLE_BACKOFF_S, self._resend_throttled, throttled, idx, bid)
             return
         status = resp.status if resp is not None else None
         if resp is not None and status == Status.OK:  # answered, but not for these entries
             status = Status.BAD_REQUEST
-        for pa, idx in chunk:
-            if not pa.done and pa.sent_to.get(idx) == bid:
+        for pa in pas:
+            if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
                 self._add_failed(pa, idx, bid, status, exc)
                 if self._error is not None:
                     return
 
-    def _resend_throttled(self, items: list[tuple[_PendingAdd, int]], bid: str) -> None:
+    def _resend_throttled(self, pas: list[_PendingAdd], idx: int, bid: str) -> None:
         if self._error is not None:
             return
-        for pa, idx in items:
-            if not pa.done and pa.sent_to.get(idx) == bid:
+        for pa in pas:
+            if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
                 self._send(pa, only={idx})
 
     def _add_failed(self, pa: _PendingAdd, idx: int, bid: str, status: int | None, exc: BaseException | None) -> None:
@@ -449,20 +582,25 @@ class LedgerHandle(ReadHandle):
         else:
             name = Status(status).name if status in Status._value2member_map_ else str(status)
             reason = error_for_status(status or 0, f"bookie {bid} answered {name}")
-        pa.failed.add(idx)
+        pa.failed |= 1 << idx
         self._bookie_failed(bid, reason)
 
     def _complete(self) -> None:
         """Acknowledge, in entry order, every leading entry that has its ack quorum."""
         q = self._pending
         aq = self.md.ack_quorum
-        while q and len(q[0].acked) >= aq:
-            pa = q.popleft()
+        popleft = q.popleft
+        while q:
+            pa = q[0]
+            g = pa.group
+            if ((pa.acked | g.acked) & pa.wsmask if g is not None else pa.acked).bit_count() < aq:
+                break
+            popleft()
             pa.done = True
-            del self._by_id[pa.entry_id]
             self._lac = pa.entry_id
-            if not pa.future.done():
-                pa.future.set_result(pa.entry_id)
+            fut = pa.future
+            if fut is not None and not fut.done():
+                fut.set_result(pa.entry_id)
         if not q:
             self._drained.set()
         if not self._space.is_set() and len(q) < self.client.config.max_outstanding_adds:
@@ -474,9 +612,9 @@ class LedgerHandle(ReadHandle):
         while self._pending:
             pa = self._pending.popleft()
             pa.done = True
-            if not pa.future.done():
+            if pa.future is not None and not pa.future.done():
                 pa.future.set_exception(error)
-        self._by_id.clear()
+        self._unsent.clear()
         self._drained.set()
         self._space.set()
 
@@ -497,7 +635,7 @@ class LedgerHandle(ReadHandle):
         """Fail the handle if some pending entry can no longer reach its ack quorum."""
         wq, aq = self.md.write_quorum, self.md.ack_quorum
         for pa in self._pending:
-            if wq - len(pa.failed) < aq:
+            if wq - pa.failed.bit_count() < aq:
                 self._fail_all(AddFailedError(
                     f"entry {pa.entry_id} of ledger {self.ledger_id} cannot reach its ack quorum of {aq}: {reason}"))
                 return
@@ -544,17 +682,20 @@ class LedgerHandle(ReadHandle):
                     continue
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
                 notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)
-                # resend what the replaced bookies held of pending entries
+                # resend what the replaced bookies held of pending entries; their group-wide
+                # acknowledgements become per-entry ones first, since the groups' frames went
+                # to the old ensemble
                 for pa in list(self._pending):
                     if pa.entry_id < first:
                         continue
                     ws = self.md.write_set(pa.entry_id)
-                    redo = {i for i in ws if pa.sent_to.get(i) != new[i]}
-                    if not pa.sent_to:
-                        redo = set(ws)
+                    sent = pa.ensemble
+                    pa.acked = pa.acks()
+                    pa.group = None
+                    redo = set(ws) if sent is None else {i for i in ws if sent[i] != new[i]}
                     for i in redo:
-                        pa.acked.discard(i)
-                        pa.failed.discard(i)
+                        pa.acked &= ~(1 << i)
+                        pa.failed &= ~(1 << i)
                     self._send(pa, only=redo)
         except LedgerStoreError as exc:
             self._fail_all(exc)
@@ -568,7 +709,7 @@ class LedgerHandle(ReadHandle):
 
     def _resend_unsent(self) -> None:
         for pa in self._pending:
-            if not pa.sent_to:
+            if pa.ensemble is None:
                 self._send(pa)
 
     # --- closing -------------------------------------------------------------------------------

@@ -120,6 +120,9 @@ class AddBatchRequest(NamedTuple):
     master_key: bytes
     entries: tuple[tuple[int, bytes], ...]
     flags: int = 0
+    #: the encoded entry section (``count x (u64 entry, u32 length, bytes)``) as received, so a
+    #: bookie can journal the batch without encoding it again; empty when built by hand
+    raw_entries: bytes = b""
 
 
 class ReadMultiRequest(NamedTuple):
@@ -149,6 +152,10 @@ class Response(NamedTuple):
     read_only: bool = False
     #: ADD_BATCH: ((entry, status), ...); READ_MULTI: ((entry, status, bytes), ...)
     items: tuple[tuple[int, ...] | tuple[int, int, bytes], ...] = ()
+    #: ADD_BATCH: how many entries the answer covers; ``all_ok`` says every one of them was
+    #: stored (the compact answer, which carries no per-entry items)
+    count: int = 0
+    all_ok: bool = False
 
 
 # --- encoding ------------------------------------------------------------------------------------
@@ -194,12 +201,24 @@ def encode_bookie_info(request_id: int) -> bytes:
 def encode_add_batch(request_id: int, ledger_id: int, master_key: bytes, entries: list[tuple[int, bytes]] |
                      tuple[tuple[int, bytes], ...], flags: int = 0) -> bytes:
     """Many entries of one ledger in one frame (the hot path of a pipelining writer)."""
-    parts = [HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, flags, request_id),
-             _ADD_BATCH.pack(ledger_id, len(master_key), len(entries)), master_key]
+    return add_batch_header(request_id, flags) + encode_add_batch_body(ledger_id, master_key, entries)
+
+
+def add_batch_header(request_id: int, flags: int = 0) -> bytes:
+    """The header of an ADD_BATCH request: with :func:`encode_add_batch_body`, a writer encodes
+    the entries once and sends them to every bookie under its own request id."""
+    return HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, flags, request_id)
+
+
+def encode_add_batch_body(ledger_id: int, master_key: bytes,
+                          entries: list[tuple[int, bytes]] | tuple[tuple[int, bytes], ...]) -> bytes:
+    """Everything of an ADD_BATCH request after its header."""
+    parts = [_ADD_BATCH.pack(ledger_id, len(master_key), len(entries)), master_key]
+    append = parts.append
     item = _BATCH_ITEM.pack
     for eid, data in entries:
-        parts.append(item(eid, len(data)))
-        parts.append(data)
+        append(item(eid, len(data)))
+        append(data)
     return b"".join(parts)
 
 
@@ -210,9 +229,15 @@ def encode_read_multi(request_id: int, ledger_id: int, entry_ids: list[int] | tu
 
 
 def encode_add_batch_response(request_id: int, status: int, ledger_id: int, items: list[tuple[int, int]]) -> bytes:
+    """An answer with one ``(entry, status)`` item per entry of the request."""
     return b"".join((HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, status, request_id),
                      _R_BATCH.pack(ledger_id, len(items)),
                      b"".join([_R_ADD_ITEM.pack(e, st) for e, st in items])))
+
+
+def encode_add_batch_all_ok(request_id: int, ledger_id: int, count: int) -> bytes:
+    """The compact answer: all ``count`` entries of the request are stored (no items follow)."""
+    return HEADER.pack(PROTOCOL_VERSION, Op.ADD_BATCH, Status.OK, request_id) + _R_BATCH.pack(ledger_id, count)
 
 
 def encode_read_multi_response(request_id: int, status: int, ledger_id: int,
@@ -287,6 +312,8 @@ def encode_response(resp: Response) -> bytes:
             resp.request_id, resp.status, resp.free_bytes, resp.total_bytes, resp.ledgers, resp.read_only
         )
     if op == Op.ADD_BATCH:
+        if resp.all_ok:
+            return encode_add_batch_all_ok(resp.request_id, resp.ledger_id, resp.count)
         return encode_add_batch_response(resp.request_id, resp.status, resp.ledger_id,
                                          [(int(i[0]), int(i[1])) for i in resp.items])
     if op == Op.READ_MULTI:
@@ -375,6 +402,8 @@ def _decode_add_batch(frame: bytes, rid: int, flags: int) -> AddBatchRequest:
     unpack = _BATCH_ITEM.unpack_from
     isz = _BATCH_ITEM.size
     entries = []
+    append = entries.append
+    start = pos
     for _ in range(count):
         if n - pos < isz:
             raise ProtocolError(f"truncated add-batch: {len(entries)} of {count} entries")
@@ -382,11 +411,11 @@ def _decode_add_batch(frame: bytes, rid: int, flags: int) -> AddBatchRequest:
         pos += isz
         if size > n - pos or eid > 0x7FFF_FFFF_FFFF_FFFF:
             raise ProtocolError(f"add-batch entry {eid} of {size} bytes does not fit the frame")
-        entries.append((eid, frame[pos : pos + size]))
+        append((eid, frame[pos : pos + size]))
         pos += size
     if pos != n:
         raise ProtocolError(f"add-batch frame has {n - pos} bytes after its {count} entries")
-    return AddBatchRequest(rid, lid, key, tuple(entries), flags)
+    return AddBatchRequest(rid, lid, key, tuple(entries), flags, frame[start:])
 
 
 def decode_response(frame: bytes) -> Response:
@@ -419,10 +448,12 @@ def decode_response(frame: bytes) -> Response:
         _check(frame, h + _R_BATCH.size, "add-batch response")
         lid, count = _R_BATCH.unpack_from(frame, h)
         start = h + _R_BATCH.size
+        if len(frame) == start and status == Status.OK and count:  # the compact answer: all stored
+            return Response(Op.ADD_BATCH, status, rid, lid, count=count, all_ok=True)
         if len(frame) != start + _R_ADD_ITEM.size * count:
             raise ProtocolError(f"add-batch response of {len(frame)} bytes does not hold {count} results")
         flat = struct.unpack_from(f">{'QH' * count}", frame, start)
-        return Response(Op.ADD_BATCH, status, rid, lid, items=tuple(zip(flat[::2], flat[1::2], strict=True)))
+        return Response(Op.ADD_BATCH, status, rid, lid, items=tuple(zip(flat[::2], flat[1::2], strict=True)), count=count)
     if op == Op.READ_MULTI:
         _check(frame, h + _R_BATCH.size, "read-multi response")
         lid, count = _R_BATCH.unpack_from(frame, h)
