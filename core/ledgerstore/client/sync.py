@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ledgerstore.client import client as aio_client
@@ -96,7 +96,7 @@ class LedgerHandle(ReadHandle):
 
     def __init__(self, owner: Client, handle: aio_ledger.LedgerHandle) -> None:
         super().__init__(owner, handle)
-        self._inbox: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._inbox: list[tuple[Any, concurrent.futures.Future[int], bool]] = []
         self._inbox_lock = threading.Lock()
         self._drain_scheduled = False
 
@@ -109,9 +109,22 @@ class LedgerHandle(ReadHandle):
 
         Adds queued from this thread while the client's loop is busy are handed over in one
         wake-up, not one per entry."""
+        return self._queue(payload, False)
+
+    def append_many(self, payloads: Sequence[bytes]) -> int:
+        """Add many entries (consecutive ids); blocks until all are acknowledged and returns the
+        last one's entry id."""
+        return self.append_many_async(payloads).result()
+
+    def append_many_async(self, payloads: Sequence[bytes]) -> concurrent.futures.Future[int]:
+        """Queue many adds; the future resolves to the last one's entry id once all of them are
+        acknowledged. One future per batch instead of one per entry."""
+        return self._queue(list(payloads), True)
+
+    def _queue(self, what: Any, many: bool) -> concurrent.futures.Future[int]:
         out: concurrent.futures.Future[int] = concurrent.futures.Future()
         with self._inbox_lock:
-            self._inbox.append((payload, out))
+            self._inbox.append((what, out, many))
             wake = not self._drain_scheduled
             self._drain_scheduled = True
         if wake:
@@ -124,8 +137,9 @@ class LedgerHandle(ReadHandle):
             self._inbox = []
             self._drain_scheduled = False
         h = self._h
-        for payload, out in items:
-            h.append_async(payload).add_done_callback(lambda f, out=out: _relay(f, out))
+        for what, out, many in items:
+            fut = h.append_many_async(what) if many else h.append_async(what)
+            fut.add_done_callback(lambda f, out=out: _relay(f, out))
 
 
 def _relay(f: asyncio.Future[int], out: concurrent.futures.Future[int]) -> None:
