@@ -367,10 +367,22 @@ class Plan:
     profile_dir: Path | None
     profile_seconds: float
     storage: str
+    #: entries per append call in the throughput rows (1: append_async per entry)
+    batch: int = 100
 
 
 def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:
-    return WriteOptions(duration=plan.duration, count=plan.count, warmup=plan.warmup, **kw)
+    return WriteOptions(duration=plan.duration, count=plan.count, warmup=plan.warmup, **({"batch": plan.batch} | kw))
+
+
+async def _one_add_per_call(client: Client, cluster: LocalCluster, plan: Plan, **kw: Any) -> dict[str, Any]:
+    """The same workload with ``append_async`` per entry (a future and a callback per add, as
+    BookKeeper's benchmark does): a detail beside the row, which uses ``plan.batch``."""
+    cpu = CpuMeter(cluster)
+    w = await run_writes(client, _write_opts(plan, batch=1, **kw))
+    if w.errors:
+        raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
+    return _write_details(w) | {"cpu_percent": cpu.percent()}
 
 
 async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any]) -> None:
@@ -385,6 +397,9 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
             raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
         r.settle(w.entries_per_s)
         ledger = w.ledger_ids[0]
+        if plan.batch > 1:
+            r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=3, write_quorum=3,
+                                                                    ack_quorum=2, entry_size=100)
 
         r = rows["read_seq_100b"]
         r.load_before = uptime()
@@ -441,6 +456,9 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
             raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
         r.settle(w.entries_per_s)
         stored = w.entries + w.warmup_entries
+        if plan.batch > 1:
+            r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=1, write_quorum=1,
+                                                                    ack_quorum=1, entry_size=100)
         if plan.memory_entries:
             mem = await bookie_rss_while_writing(client, pid, plan.memory_entries, stored)
             mem["rss_mb_after_bookie_start"] = round(rss_start, 1)
@@ -450,7 +468,8 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
 
 def _write_details(w: Any) -> dict[str, Any]:
     return {"entries": w.entries, "seconds": w.seconds, "entries_per_s": w.entries_per_s, "mb_per_s": w.mb_per_s,
-            "latency_ms": w.latency_ms, "warmup_entries": w.warmup_entries, "throttle": w.options["throttle"]}
+            "latency_ms": w.latency_ms, "warmup_entries": w.warmup_entries, "throttle": w.options["throttle"],
+            "batch": w.options["batch"]}
 
 
 def run(plan: Plan) -> dict[str, Any]:
@@ -529,6 +548,13 @@ def to_markdown(result: dict[str, Any]) -> str:
             bits.append(f"worst ms per second {d['worst_ms_per_second']}")
         if "cpu_percent" in d:
             bits.append("CPU % of a core " + " ".join(f"{k} {v}" for k, v in d["cpu_percent"].items()))
+        if d.get("batch", 1) > 1:
+            bits.append(f"{d['batch']} entries per append_many call")
+        if "one_add_per_call" in d:
+            one = d["one_add_per_call"]
+            bits.append(f"with one append_async per entry instead: {one['entries_per_s']:,.0f} entries/s, latency ms "
+                        f"p50 {one['latency_ms']['p50']} p99 {one['latency_ms']['p99']}, CPU % of a core "
+                        + " ".join(f"{k} {v}" for k, v in one["cpu_percent"].items()))
         if "redis" in d:
             red = d["redis"]
             bits.append(f"Redis {red['redis_version']}: {red['entries_per_s']:,.0f} entries/s "
@@ -576,13 +602,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-dir", type=Path, default=None, help="record py-spy profiles into this directory")
     ap.add_argument("--profile-seconds", type=float, default=8.0)
     ap.add_argument("--storage", default="entrylog", help="storage engine of the bookies")
+    ap.add_argument("--batch", type=int, default=100,
+                    help="entries per append call in the throughput rows (append_many); 1 = append_async per entry. "
+                         "With N > 1 the 100 B rows also run once with one add per call, as a detail")
     ap.add_argument("--tiny", action="store_true",
                     help="a few thousand entries per row: checks that everything runs, measures nothing")
     ap.add_argument("--fail-on-miss", action="store_true", help="exit with status 1 when a row misses its target")
     args = ap.parse_args(argv)
     plan = Plan(duration=args.duration, count=None, warmup=args.warmup, rate=args.rate, rate_duration=args.rate_duration,
                 outstanding=args.outstanding, memory_entries=args.memory_entries, redis_pipeline=args.redis_pipeline,
-                profile_dir=args.profile_dir, profile_seconds=args.profile_seconds, storage=args.storage)
+                profile_dir=args.profile_dir, profile_seconds=args.profile_seconds, storage=args.storage,
+                batch=args.batch)
     if args.tiny:
         plan = dataclasses.replace(plan, duration=None, count=2000, warmup=0.0, rate_duration=0.5,
                                    outstanding=min(args.outstanding, 2000), memory_entries=min(args.memory_entries, 5000),

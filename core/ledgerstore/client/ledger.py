@@ -365,7 +365,14 @@ class LedgerHandle(ReadHandle):
         if not isinstance(payload, bytes | bytearray | memoryview):
             fut.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
             return fut
-        self._queue_adds((payload,), fut)
+        eid = self._next_entry_id
+        self._next_entry_id = eid + 1
+        masks = self._masks()
+        pa = _PendingAdd(eid, self.digest.sign(eid, self._lac, bytes(payload)), fut, masks[eid % len(masks)])
+        self._pending.append(pa)
+        self._unsent.append(pa)
+        self._length += len(payload)
+        self._queued()
         return fut
 
     def append_many_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
@@ -401,12 +408,14 @@ class LedgerHandle(ReadHandle):
         pas[-1].future = fut
         pending.extend(pas)
         unsent.extend(pas)
-        eid += len(pas)
-        length = sum(map(len, payloads))
-        self._next_entry_id = eid
-        self._length += length
+        self._next_entry_id = eid + len(pas)
+        self._length += sum(map(len, payloads))
+        self._queued()
+
+    def _queued(self) -> None:
+        """Bookkeeping after adds joined the pending queue: not drained, maybe full, flush soon."""
         self._drained.clear()
-        if len(pending) >= self.client.config.max_outstanding_adds > 0:
+        if len(self._pending) >= self.client.config.max_outstanding_adds > 0:
             self._space.clear()
         if not self._flush_scheduled:
             self._flush_scheduled = True
