@@ -50,12 +50,16 @@ class _Group:
 
     Bit ``i`` of ``acked`` is set once ensemble index ``i`` stored every entry of the group sent
     to it (a compact all-OK answer), so a whole frame is acknowledged without per-entry work.
+    ``stale`` marks indexes whose bookie an ensemble change replaced: answers the old bookie
+    gives for them no longer count (the new bookie's count per entry, in ``_PendingAdd.acked``).
     """
 
-    __slots__ = ("acked",)
+    __slots__ = ("acked", "stale", "ensemble")
 
-    def __init__(self) -> None:
+    def __init__(self, ensemble: list[str]) -> None:
         self.acked = 0
+        self.stale = 0
+        self.ensemble = ensemble
 
 
 class _PendingAdd:
@@ -75,11 +79,6 @@ class _PendingAdd:
         self.failed = 0
         self.ensemble: list[str] | None = None
         self.done = False
-
-    def acks(self) -> int:
-        """Ensemble indexes of its write set that acknowledged it (a bit set)."""
-        g = self.group
-        return (self.acked | g.acked) & self.wsmask if g is not None else self.acked
 
 
 class ReadHandle:
@@ -480,7 +479,7 @@ class LedgerHandle(ReadHandle):
     def _send_group(self, pas: list[_PendingAdd]) -> None:
         md = self.md
         ensemble = md.current_ensemble
-        group = _Group()
+        group = _Group(ensemble)
         for pa in pas:
             pa.group = group
             pa.ensemble = ensemble
@@ -530,10 +529,12 @@ class LedgerHandle(ReadHandle):
             bit = 1 << idx
             if resp.all_ok:
                 if group is not None:
-                    group.acked |= bit  # counts only for adds still in the group (see _change_ensemble)
+                    if group.stale & bit:
+                        return  # from a bookie replaced since (see _change_ensemble)
+                    group.acked |= bit
                     if observer is not None:
                         for pa in pas:
-                            if pa.group is group:
+                            if not pa.done:
                                 observer(pa.entry_id, bid)
                 else:
                     for pa in pas:
@@ -691,16 +692,18 @@ class LedgerHandle(ReadHandle):
                     continue
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
                 notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)
-                # resend what the replaced bookies held of pending entries; their group-wide
-                # acknowledgements become per-entry ones first, since the groups' frames went
-                # to the old ensemble
+                # resend what the replaced bookies held of pending entries; a group's answers
+                # from replaced bookies stop counting, those of the bookies that stay still count
                 for pa in list(self._pending):
                     if pa.entry_id < first:
                         continue
                     ws = self.md.write_set(pa.entry_id)
                     sent = pa.ensemble
-                    pa.acked = pa.acks()
-                    pa.group = None
+                    g = pa.group
+                    if g is not None:
+                        replaced = sum(1 << i for i, b in enumerate(g.ensemble) if b != new[i])
+                        g.stale |= replaced
+                        g.acked &= ~replaced
                     redo = set(ws) if sent is None else {i for i in ws if sent[i] != new[i]}
                     for i in redo:
                         pa.acked &= ~(1 << i)
