@@ -258,7 +258,7 @@ async def client_rss_with_outstanding(client: Client, cluster: LocalCluster, out
     }
 
 
-async def bookie_rss_while_writing(client: Client, pid: int, entries: int, already: int) -> dict[str, Any]:
+async def bookie_rss_while_writing(client: Client, pid: int, entries: int, already: int, batch: int = 1) -> dict[str, Any]:
     """Write ``entries`` 100 B entries (E=Qw=Qa=1) and sample the bookie's RSS as they are
     acknowledged; ``already`` is how many entries the bookie stored before."""
     samples: list[tuple[int, float]] = []
@@ -272,7 +272,7 @@ async def bookie_rss_while_writing(client: Client, pid: int, entries: int, alrea
 
     samples.append((already, round(rss_mb(pid), 1)))
     res = await run_writes(client, WriteOptions(ensemble=1, write_quorum=1, ack_quorum=1, entry_size=100,
-                                                count=entries, keep_ledgers=True), tick)
+                                                count=entries, keep_ledgers=True, batch=batch), tick)
     samples.append((already + res.entries, round(rss_mb(pid), 1)))
     return {
         "entries_written_by_this_run": res.entries, "entries_on_bookie": already + res.entries,
@@ -414,7 +414,7 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
             extra["profiles"] = {
                 "writes": await profiled(
                     lambda: run_writes(client, WriteOptions(ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
-                                                            duration=plan.profile_seconds + 0.5)),
+                                                            duration=plan.profile_seconds + 0.5, batch=plan.batch)),
                     targets, plan.profile_dir, "writes", plan.profile_seconds),
                 "reads": await profiled(lambda: _read_for(client, ledger, plan.profile_seconds + 0.5),
                                         targets, plan.profile_dir, "reads", plan.profile_seconds),
@@ -460,7 +460,7 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
             r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=1, write_quorum=1,
                                                                     ack_quorum=1, entry_size=100)
         if plan.memory_entries:
-            mem = await bookie_rss_while_writing(client, pid, plan.memory_entries, stored)
+            mem = await bookie_rss_while_writing(client, pid, plan.memory_entries, stored, plan.batch)
             mem["rss_mb_after_bookie_start"] = round(rss_start, 1)
             mem["load_before"] = uptime()
             extra["bookie_memory"] = mem

@@ -1,4 +1,4 @@
-"""Throughput of a StorageEngine backend: add_entry with periodic flush(), and random get_entry.
+"""Throughput of a StorageEngine backend: add_entry with periodic flush(), and random or sequential get_entry.
 
 Usage::
 
@@ -6,6 +6,8 @@ Usage::
     python benchmarks/storage_engine.py --engine entrylog --add-entries 200000 --json
     python benchmarks/storage_engine.py --engine entrylog --add-entries 200000 --sizes 128 --batch 500
     python benchmarks/storage_engine.py --engine rocksdb -o wal=true -o compression='"none"'
+    python benchmarks/storage_engine.py --engine entrylog --sizes --read-entries 200000 \
+        --lookups 200000 --batch 2000 --sequential-reads --read-stride 3 --load-batch 2000
 
 The engine is loaded by name through the ``ledgerstore.storage`` entry points, exactly as a bookie
 does, and runs on real files in a fresh directory per phase (``--dir``, default a temp dir).
@@ -15,6 +17,12 @@ With ``--batch N`` the adds go through ``add_entries`` in batches of N consecuti
 ledger (ledgers taking turns by batch) and the lookups through ``get_entries`` with N random
 entries of one ledger per call, as a bookie hands over what it drained from its journal or
 received in one read request.
+With ``--sequential-reads`` the lookups walk each ledger from its first entry in steps of
+``--read-stride`` (a reader of a ledger striped over an ensemble of that size asks one bookie for
+every stride-th entry), ``--batch`` ids per get_entries call, ledgers taking turns by call.
+``--load-batch N`` stores the read phase's entries through add_entries, N consecutive entries of
+one ledger per call (a writer's batch lies contiguously in the entry log); the default 1 stores
+them one add_entry at a time, ledgers interleaved entry by entry.
 """
 
 from __future__ import annotations
@@ -133,10 +141,14 @@ def bench_get(
     lookups: int,
     flush_every: int,
     batch: int = 1,
+    sequential: bool = False,
+    stride: int = 1,
+    load_batch: int = 1,
 ) -> dict[str, Any]:
     """Store ``entries`` entries, reopen the engine (cold engine caches, warm OS page cache) and
     time ``lookups`` get_entry calls on uniformly random stored entries; with ``batch`` > 1,
-    get_entries calls of ``batch`` random entries of one random ledger each."""
+    get_entries calls of ``batch`` random entries of one random ledger each. With ``sequential``,
+    the ids of each call continue where the ledger's previous call stopped, ``stride`` apart."""
     engine = factory(root)
     engine.open()
     pool = _payloads(size)
@@ -144,10 +156,18 @@ def bench_get(
         for lid in range(ledgers):
             engine.set_master_key(lid, b"bench-master-key")
         t0 = time.perf_counter()
-        for i in range(entries):
-            engine.add_entry(i % ledgers, i // ledgers, pool[i % len(pool)])
-            if (i + 1) % flush_every == 0:
-                engine.flush()
+        if load_batch > 1:
+            done = 0
+            for lid, items in _add_batches(pool, entries, ledgers, load_batch):
+                engine.add_entries(lid, items)
+                before, done = done, done + len(items)
+                if done // flush_every != before // flush_every:
+                    engine.flush()
+        else:
+            for i in range(entries):
+                engine.add_entry(i % ledgers, i // ledgers, pool[i % len(pool)])
+                if (i + 1) % flush_every == 0:
+                    engine.flush()
         engine.flush()
         load_seconds = time.perf_counter() - t0
     finally:
@@ -156,12 +176,16 @@ def bench_get(
     engine.open()
     try:
         rnd = random.Random(42)
-        if batch > 1:
-            calls: list[tuple[int, list[int]]] = []
+        stored_ids = _stored_ids(entries, ledgers, load_batch)
+        calls: list[tuple[int, list[int]]] = []
+        if sequential:
+            calls = _sequential_calls(entries, ledgers, lookups, batch, stride, load_batch)
+        elif batch > 1:
             for start_at in range(0, lookups, batch):
                 lid = rnd.randrange(min(ledgers, entries))
-                stored = (entries - 1 - lid) // ledgers + 1
+                stored = stored_ids[lid]
                 calls.append((lid, [rnd.randrange(stored) for _ in range(min(batch, lookups - start_at))]))
+        if sequential or batch > 1:
             get_many = engine.get_entries
             start = time.perf_counter()
             for lid, eids in calls:
@@ -169,16 +193,22 @@ def bench_get(
             elapsed = time.perf_counter() - start
             lid, eids = calls[-1]
             for eid, got in zip(eids, results, strict=True):
-                if got != pool[(eid * ledgers + lid) % len(pool)]:
+                if got != pool[_pool_index(lid, eid, entries, ledgers, load_batch) % len(pool)]:
                     raise SystemExit(f"get_entries returned {got!r:.80} for ledger {lid} entry {eid}")
         else:
-            keys = [divmod(rnd.randrange(entries), ledgers)[::-1] for _ in range(lookups)]
+            if load_batch > 1:
+                keys = []
+                for _ in range(lookups):
+                    lid = rnd.randrange(min(ledgers, entries))
+                    keys.append((lid, rnd.randrange(stored_ids[lid])))
+            else:
+                keys = [divmod(rnd.randrange(entries), ledgers)[::-1] for _ in range(lookups)]
             get = engine.get_entry
             start = time.perf_counter()
             for lid, eid in keys:
                 data = get(lid, eid)
             elapsed = time.perf_counter() - start
-            i = keys[-1][1] * ledgers + keys[-1][0]
+            i = _pool_index(keys[-1][0], keys[-1][1], entries, ledgers, load_batch)
             if data != pool[i % len(pool)]:
                 raise SystemExit(
                     f"get_entry returned wrong bytes for ledger {keys[-1][0]} entry {keys[-1][1]}"
@@ -187,7 +217,10 @@ def bench_get(
     finally:
         engine.close()
     return {
-        "phase": f"random get {size} B" + (f" in batches of {batch}" if batch > 1 else ""),
+        "phase": (f"sequential (stride {stride}) " if sequential else "random ")
+        + f"get {size} B"
+        + (f" in batches of {batch}" if batch > 1 else "")
+        + (f", stored in batches of {load_batch}" if load_batch > 1 else ""),
         "entries": entries,
         "lookups": lookups,
         "load_seconds": round(load_seconds, 1),
@@ -195,6 +228,56 @@ def bench_get(
         "entries_per_s": round(lookups / elapsed),
         "bytes_on_disk": stats.bytes_on_disk,
     }
+
+
+def _stored_ids(entries: int, ledgers: int, load_batch: int) -> list[int]:
+    """How many entries each ledger holds after the read phase's load."""
+    if load_batch <= 1:
+        return [(entries - 1 - lid) // ledgers + 1 if lid < entries else 0 for lid in range(ledgers)]
+    counts = [0] * ledgers
+    i = call = 0
+    while i < entries:
+        n = min(load_batch, entries - i)
+        counts[call % ledgers] += n
+        i += n
+        call += 1
+    return counts
+
+
+def _pool_index(lid: int, eid: int, entries: int, ledgers: int, load_batch: int) -> int:
+    """Which payload of the pool the load stored as entry ``eid`` of ledger ``lid``."""
+    if load_batch <= 1:
+        return eid * ledgers + lid
+    # _add_batches: call c goes to ledger c % ledgers and starts at global position c * load_batch
+    # (every call but the last is full).
+    call = (eid // load_batch) * ledgers + lid
+    return call * load_batch + eid % load_batch
+
+
+def _sequential_calls(
+    entries: int, ledgers: int, lookups: int, batch: int, stride: int, load_batch: int
+) -> list[tuple[int, list[int]]]:
+    """get_entries calls that read each ledger from entry 0 in steps of ``stride``, ``batch`` ids
+    per call, ledgers taking turns; a ledger read to its end starts over."""
+    stored = _stored_ids(entries, ledgers, load_batch)
+    live = [lid for lid in range(ledgers) if stored[lid]]
+    pos = dict.fromkeys(live, 0)
+    calls: list[tuple[int, list[int]]] = []
+    done = 0
+    while done < lookups:
+        lid = live[len(calls) % len(live)]
+        want = min(batch, lookups - done)
+        ids: list[int] = []
+        p = pos[lid]
+        while len(ids) < want:
+            if p >= stored[lid]:
+                p = 0
+            ids.append(p)
+            p += stride
+        pos[lid] = p
+        calls.append((lid, ids))
+        done += want
+    return calls
 
 
 def _add_phase(
@@ -213,6 +296,9 @@ def _get_phase(factory: Callable[[Path], Any], args: argparse.Namespace, path: P
         args.lookups,
         args.flush_every,
         args.batch,
+        args.sequential_reads,
+        args.read_stride,
+        args.load_batch,
     )
 
 
@@ -239,7 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, help="where to put the data (default: a temp dir, removed)")
     parser.add_argument("--add-entries", type=int, default=500_000, help="adds per add phase")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024], help="entry sizes of add phases")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=[100, 1024],
+        help="entry sizes of add phases (none: no add phase)",
+    )
     parser.add_argument("--flush-every", type=int, default=10_000)
     parser.add_argument("--ledgers", type=int, default=16)
     parser.add_argument(
@@ -254,10 +346,24 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="entries per add_entries / get_entries call (default 1: add_entry / get_entry)",
     )
+    parser.add_argument(
+        "--sequential-reads",
+        action="store_true",
+        help="read each ledger in order (--read-stride apart) instead of random entries",
+    )
+    parser.add_argument("--read-stride", type=int, default=1, help="id step of --sequential-reads")
+    parser.add_argument(
+        "--load-batch",
+        type=int,
+        default=1,
+        help="store the read phase's entries with add_entries, this many per call (default 1: add_entry)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = parser.parse_args(argv)
     if args.batch < 1:
         parser.error("--batch must be at least 1")
+    if args.read_stride < 1 or args.load_batch < 1:
+        parser.error("--read-stride and --load-batch must be at least 1")
 
     cls = load_driver("storage", args.engine)
     options = dict(args.option)

@@ -3,7 +3,8 @@
 One :class:`EntryLog` is one file. While it is a ledger directory's active log it owns a write
 buffer; appends only touch that buffer, and the buffer reaches the file in one ``pwrite`` when it
 is full, when the engine flushes, or before an index page that may point into it is written.
-Reading a record verifies its checksum and its ledger and entry ids. :class:`LogScanner` walks a
+Reading a record verifies its checksum and its ledger and entry ids; :meth:`EntryLog.read_window`
+reads many nearby records with one ``pread``. :class:`LogScanner` walks a
 log record by record (ledger-map rebuild and compaction) and tells a torn tail from corruption.
 
 Callers serialise access (the engine's lock); nothing here locks.
@@ -12,8 +13,11 @@ Callers serialise access (the engine's lock); nothing here locks.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+from crc32c import crc32c
 
 from ledgerstore.errors import BookieIOError
 from ledgerstore_entrylog.format import (
@@ -30,6 +34,8 @@ __all__ = ["EntryLog", "LogScanner", "ScannedRecord"]
 
 # First read of a record: header plus this much data, so small entries cost one pread.
 _FIRST_READ = 4096
+#: what a window read should reach past the start of its last record (see read_window)
+WINDOW_TAIL = _FIRST_READ
 _SCAN_CHUNK = 4 * 1024 * 1024
 
 
@@ -187,6 +193,65 @@ class EntryLog:
         if record_crc(ids, data) != crc:
             raise self._damaged(offset, ledger_id, entry_id, "fails its CRC32C check")
         return data
+
+    def read_window(
+        self,
+        start: int,
+        length: int,
+        ledger_id: int,
+        wanted: Sequence[tuple[int, int, int]],
+        results: list[Any],
+    ) -> int:
+        """Read ``length`` bytes from ``start`` with one ``pread`` and cut records out of them.
+
+        ``wanted`` holds ``(location, entry_id, position)`` triples whose low 32 bits of
+        ``location`` are record offsets inside the file part of the log (below ``written``), in
+        ascending order and not before ``start``. ``results[position]`` receives what
+        :meth:`read_record` would return or raise for that record: the verified data or the
+        BookieIOError. A record the window does not hold entirely (a large one at its end, or one
+        past where a truncated file stops) is read by :meth:`read_record` itself, so the outcome
+        is exactly that of reading each record on its own. Returns the bytes of data returned."""
+        try:
+            raw = os.pread(self.fd, length, start)
+        except OSError:
+            # Each record's own read then reports the failure with its file, offset and ids.
+            raw = b""
+        view = memoryview(raw)
+        avail = len(raw)
+        hs = RECORD_HEADER_SIZE
+        unpack = RECORD_HEADER.unpack_from
+        nbytes = 0
+        try:
+            for loc, entry_id, pos in wanted:
+                offset = loc & 0xFFFFFFFF
+                rel = offset - start
+                if rel + hs <= avail:
+                    dlen, crc, rlid, reid = unpack(raw, rel)
+                    end = rel + hs + dlen
+                    if end <= avail:
+                        if rlid != ledger_id or reid != entry_id:
+                            results[pos] = self._damaged(
+                                offset, ledger_id, entry_id, f"holds ledger {rlid} entry {reid} instead"
+                            )
+                        # ids and data are adjacent: one CRC pass equals record_crc(ids, data)
+                        elif crc32c(view[rel + 8 : end]) != crc:
+                            results[pos] = self._damaged(
+                                offset, ledger_id, entry_id, "fails its CRC32C check"
+                            )
+                        else:
+                            results[pos] = raw[rel + hs : end]
+                            nbytes += dlen
+                        continue
+                try:
+                    data = self.read_record(offset, ledger_id, entry_id)
+                except BookieIOError as exc:
+                    results[pos] = exc
+                else:
+                    results[pos] = data
+                    nbytes += len(data)
+        finally:
+            view.release()
+        return nbytes
 
 
 class ScannedRecord:

@@ -128,3 +128,19 @@ def test_add_batch_lengths_that_lie_are_refused(entries: list[tuple[int, bytes]]
         frame = frame[: len(frame) - 1] if entries[-1][1] else frame + b"x"
     with pytest.raises(ProtocolError):
         codec.decode_request(bytes(frame))
+
+
+@pytest.mark.parametrize("dtype", ["crc32c", "crc32", "hmac-sha256", "none"])
+@given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=20), first=eid, lac=st.integers(-1, 2**62))
+def test_signed_batch_items_make_the_same_frame_as_encode_add_batch(dtype: str, payloads: list[bytes], first: int,
+                                                                    lac: int) -> None:
+    from ledgerstore.proto.digest import DigestManager
+
+    first = min(first, 2**63 - 1 - len(payloads))
+    dm = DigestManager(9, dtype, b"pw")
+    items = codec.add_batch_items(dm, first, lac, payloads)
+    frame = codec.add_batch_header(77) + codec.add_batch_body_of_items(9, b"key", items)
+    signed = [(first + i, dm.sign(first + i, lac, p)) for i, p in enumerate(payloads)]
+    assert frame == codec.encode_add_batch(77, 9, b"key", signed)
+    req = codec.decode_request(frame)
+    assert isinstance(req, codec.AddBatchRequest) and [dm.verify(d, e).payload for e, d in req.entries] == payloads

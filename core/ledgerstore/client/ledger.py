@@ -63,15 +63,16 @@ class _Group:
 
 
 class _PendingAdd:
-    """One add until it is acknowledged. ``acked`` and ``failed`` are bit sets of ensemble
-    indexes (per-entry answers; group-wide ones are in ``group.acked``); ``ensemble`` is the
-    bookie list the entry was last sent to (None: not sent yet)."""
+    """One add until it is acknowledged. ``item`` is the signed entry as an ADD_BATCH item
+    (entry id and length first), ready for any frame. ``acked`` and ``failed`` are bit sets of
+    ensemble indexes (per-entry answers; group-wide ones are in ``group.acked``); ``ensemble`` is
+    the bookie list the entry was last sent to (None: not sent yet)."""
 
-    __slots__ = ("entry_id", "data", "future", "group", "wsmask", "acked", "failed", "ensemble", "done")
+    __slots__ = ("entry_id", "item", "future", "group", "wsmask", "acked", "failed", "ensemble", "done")
 
-    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int] | None, wsmask: int) -> None:
+    def __init__(self, entry_id: int, item: bytes, future: asyncio.Future[int] | None, wsmask: int) -> None:
         self.entry_id = entry_id
-        self.data = data
+        self.item = item
         self.future = future
         self.group: _Group | None = None
         self.wsmask = wsmask
@@ -367,7 +368,8 @@ class LedgerHandle(ReadHandle):
         eid = self._next_entry_id
         self._next_entry_id = eid + 1
         masks = self._masks()
-        pa = _PendingAdd(eid, self.digest.sign(eid, self._lac, bytes(payload)), fut, masks[eid % len(masks)])
+        pa = _PendingAdd(eid, codec.add_batch_items(self.digest, eid, self._lac, (bytes(payload),))[0], fut,
+                         masks[eid % len(masks)])
         self._pending.append(pa)
         self._unsent.append(pa)
         self._length += len(payload)
@@ -388,27 +390,27 @@ class LedgerHandle(ReadHandle):
         if not payloads:
             fut.set_exception(InvalidArgumentError("append_many needs at least one payload"))
             return fut
-        for p in payloads:
-            if not isinstance(p, bytes | bytearray | memoryview):
-                fut.set_exception(InvalidArgumentError(f"payloads must be bytes, not {type(p).__name__}"))
-                return fut
-        self._queue_adds(payloads, fut)
+        try:
+            items = codec.add_batch_items(self.digest, self._next_entry_id, self._lac, payloads)
+        except TypeError:  # checked only on failure: a per-entry isinstance costs the hot loop
+            bad = next(p for p in payloads if not isinstance(p, bytes | bytearray | memoryview))
+            fut.set_exception(InvalidArgumentError(f"payloads must be bytes, not {type(bad).__name__}"))
+            return fut
+        self._queue_adds(items, sum(map(len, payloads)), fut)
         return fut
 
-    def _queue_adds(self, payloads: Sequence[bytes], fut: asyncio.Future[int]) -> None:
-        """Sign ``payloads`` as the next entries; ``fut`` goes with the last one."""
+    def _queue_adds(self, items: list[bytes], length: int, fut: asyncio.Future[int]) -> None:
+        """Queue signed ``items`` (of ``length`` payload bytes) as the next entries; ``fut`` goes
+        with the last one."""
         eid = self._next_entry_id
         masks = self._masks()
         e_size = len(masks)
-        pending = self._pending
-        unsent = self._unsent
-        datas = self.digest.sign_many(eid, self._lac, payloads)
-        pas = [_PendingAdd(e, d, None, masks[e % e_size]) for e, d in enumerate(datas, eid)]
+        pas = [_PendingAdd(e, d, None, masks[e % e_size]) for e, d in enumerate(items, eid)]
         pas[-1].future = fut
-        pending.extend(pas)
-        unsent.extend(pas)
+        self._pending.extend(pas)
+        self._unsent.extend(pas)
         self._next_entry_id = eid + len(pas)
-        self._length += sum(map(len, payloads))
+        self._length += length
         self._queued()
 
     def _queued(self) -> None:
@@ -467,7 +469,7 @@ class LedgerHandle(ReadHandle):
                 end = start
                 stop = min(len(unsent), start + _BATCH_ENTRIES)
                 while end < stop and (size < limit or end == start):
-                    size += len(unsent[end].data) + 12
+                    size += len(unsent[end].item)
                     end += 1
                 self._send_group(unsent[start:end])
                 start = end
@@ -486,7 +488,7 @@ class LedgerHandle(ReadHandle):
         e_size, wq = md.ensemble_size, md.write_quorum
         lid, key = self.ledger_id, self.master_key
         if e_size == wq:  # every bookie gets every entry: encode the frame once
-            body = codec.encode_add_batch_body(lid, key, [(pa.entry_id, pa.data) for pa in pas])
+            body = codec.add_batch_body_of_items(lid, key, [pa.item for pa in pas])
             for idx, bid in enumerate(ensemble):
                 self._send_frame(bid, idx, pas, group, body)
             return
@@ -497,7 +499,7 @@ class LedgerHandle(ReadHandle):
                 per_idx[(first + j) % e_size].append(pa)
         for idx, bid in enumerate(ensemble):
             if per_idx[idx]:
-                body = codec.encode_add_batch_body(lid, key, [(pa.entry_id, pa.data) for pa in per_idx[idx]])
+                body = codec.add_batch_body_of_items(lid, key, [pa.item for pa in per_idx[idx]])
                 self._send_frame(bid, idx, per_idx[idx], group, body)
 
     def _send_chunks(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None) -> None:
@@ -508,10 +510,10 @@ class LedgerHandle(ReadHandle):
             end = start
             stop = min(len(pas), start + _BATCH_ENTRIES)
             while end < stop and (size < limit or end == start):
-                size += len(pas[end].data) + 12
+                size += len(pas[end].item)
                 end += 1
             chunk = pas[start:end]
-            body = codec.encode_add_batch_body(self.ledger_id, self.master_key, [(pa.entry_id, pa.data) for pa in chunk])
+            body = codec.add_batch_body_of_items(self.ledger_id, self.master_key, [pa.item for pa in chunk])
             self._send_frame(bid, idx, chunk, group, body)
             start = end
 

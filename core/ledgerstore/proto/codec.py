@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import crc32c as _crc32c
+
 from ledgerstore.errors import FrameTooLargeError, ProtocolError
+from ledgerstore.proto.digest import ENTRY_HEADER, DigestManager
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">BBHQ")
@@ -65,6 +69,7 @@ _R_INFO = struct.Struct(">QQQB")  # free bytes, total bytes, ledgers, read-only
 
 _ADD_BATCH = struct.Struct(">QHI")  # ledger, key length, count; then key, then count x (u64 entry, u32 length, bytes)
 _BATCH_ITEM = struct.Struct(">QI")
+_CRC_ITEM = struct.Struct(">QIQQqI")  # batch item header, then a crc32c-signed entry's header and digest
 _READ_MULTI = struct.Struct(">QI")  # ledger, count; then count x i64 entry
 _R_BATCH = struct.Struct(">QI")  # ledger, count; then items
 _R_ADD_ITEM = struct.Struct(">QH")  # entry, status
@@ -220,6 +225,32 @@ def encode_add_batch_body(ledger_id: int, master_key: bytes,
         append(item(eid, len(data)))
         append(data)
     return b"".join(parts)
+
+
+def add_batch_items(digest: DigestManager, first_entry_id: int, lac: int, payloads: Sequence[bytes]) -> list[bytes]:
+    """Sign ``payloads`` as consecutive entries and return each as an ADD_BATCH item (u64 entry,
+    u32 length, signed entry), ready to be joined into a body by :func:`add_batch_body_of_items`.
+    Signing and framing in one pass is the writer's hot loop."""
+    if digest.digest_type == "crc32c":
+        crc = _crc32c.crc32c
+        head = ENTRY_HEADER.pack
+        item = _CRC_ITEM.pack
+        lid = digest.ledger_id
+        extra = ENTRY_HEADER.size + 4
+        out = []
+        append = out.append
+        eid = first_entry_id
+        for p in payloads:
+            append(item(eid, extra + len(p), lid, eid, lac, crc(p, crc(head(lid, eid, lac)))) + p)
+            eid += 1
+        return out
+    pack = _BATCH_ITEM.pack
+    return [pack(e, len(d)) + d for e, d in enumerate(digest.sign_many(first_entry_id, lac, payloads), first_entry_id)]
+
+
+def add_batch_body_of_items(ledger_id: int, master_key: bytes, items: Sequence[bytes]) -> bytes:
+    """Everything of an ADD_BATCH request after its header, from :func:`add_batch_items` items."""
+    return _ADD_BATCH.pack(ledger_id, len(master_key), len(items)) + master_key + b"".join(items)
 
 
 def encode_read_multi(request_id: int, ledger_id: int, entry_ids: list[int] | tuple[int, ...]) -> bytes:
