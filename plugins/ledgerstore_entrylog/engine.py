@@ -11,6 +11,12 @@ Locking: ``_lock`` guards every piece of mutable state and is held only for shor
 one read, one batch of a flush or compaction). ``_flush_mutex`` serialises the long multi-step
 operations (flush, gc, compaction, close) with each other; only they close or delete entry log
 files, which is why they may fsync or scan a log without holding ``_lock``.
+
+Write-back: with ``flush_entrylog_bytes`` > 0 a background thread fdatasyncs an entry log every
+time that many bytes have been written to it, so dirty pages never pile up between checkpoints
+into a write-back burst that stalls the journal's fdatasync. It holds neither lock while syncing:
+under ``_lock`` it checks that the log is still open and opens its own descriptor for the file,
+so it can never sync a closed or reused descriptor, and a GC or compaction never waits for it.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ _DEFAULTS: dict[str, Any] = {
     "minor_compaction_threshold": 0.2,
     "major_compaction_threshold": 0.8,
     "flush_interval": 0.0,
+    "flush_entrylog_bytes": 4 * _MiB,
 }
 _MAX_ID = (1 << 63) - 1
 _OFFSET_MASK = 0xFFFFFFFF
@@ -145,7 +152,9 @@ class EntryLogStorage(StorageEngine):
     size, 8 KiB, a multiple of 8), ``page_limit_bytes`` (ledger cache bound, 64 MiB),
     ``minor_compaction_threshold`` (used by :meth:`gc`, 0.2), ``major_compaction_threshold``
     (0.8, for the bookie's major compaction runs through :meth:`compact`), ``flush_interval``
-    (seconds between background flushes, 0 = only when the bookie calls :meth:`flush`).
+    (seconds between background flushes, 0 = only when the bookie calls :meth:`flush`),
+    ``flush_entrylog_bytes`` (a background thread fdatasyncs an entry log each time this many
+    bytes have been written to it since its last sync, 4 MiB; 0 = only the checkpoint syncs).
     """
 
     name = "entrylog"
@@ -175,6 +184,7 @@ class EntryLogStorage(StorageEngine):
         self.minor_compaction_threshold = float(opts["minor_compaction_threshold"])
         self.major_compaction_threshold = float(opts["major_compaction_threshold"])
         self._flush_interval = float(opts["flush_interval"])
+        self._sync_bytes = _non_negative_int(opts, "flush_entrylog_bytes")
         self._spp = self._page_size // 8
         self._zero_page = bytes(self._page_size)
 
@@ -195,6 +205,12 @@ class EntryLogStorage(StorageEngine):
         self._flush_failure = ""
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        # Write-back: logs past the threshold, by id, waiting for the syncer thread.
+        self._sync_queue: dict[int, EntryLog] = {}
+        self._sync_wake = threading.Event()
+        self._syncer: threading.Thread | None = None
+        self._background_syncs = 0
+        self._background_sync_bytes = 0
         # statistics
         self._entries_written = 0
         self._gc_runs = 0
@@ -224,6 +240,9 @@ class EntryLogStorage(StorageEngine):
         if self._flush_interval > 0:
             self._flusher = threading.Thread(target=self._flush_loop, name="entrylog-flush", daemon=True)
             self._flusher.start()
+        if self._sync_bytes > 0:
+            self._syncer = threading.Thread(target=self._sync_loop, name="entrylog-writeback", daemon=True)
+            self._syncer.start()
 
     def _load_logs(self) -> None:
         seen: dict[int, Path] = {}
@@ -337,8 +356,11 @@ class EntryLogStorage(StorageEngine):
     def close(self) -> None:
         """Flush, write the ledger maps of the active logs and release every file. Idempotent."""
         self._stop.set()
+        self._sync_wake.set()
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join()
+        if self._syncer is not None:
+            self._syncer.join()
         with self._flush_mutex:
             if self._closed or not self._opened:
                 self._closed = True
@@ -382,6 +404,60 @@ class EntryLogStorage(StorageEngine):
                     return
                 log.exception("background flush of the entrylog storage failed; stopping background flushes")
                 return
+
+    def _note_written(self, lg: EntryLog) -> None:
+        """Queue ``lg`` for a background sync once enough of it has been written. Lock held."""
+        if not self._sync_bytes or lg.written - lg.synced_to < self._sync_bytes:
+            return
+        if lg.log_id not in self._sync_queue:
+            self._sync_queue[lg.log_id] = lg
+            self._sync_wake.set()
+
+    def _sync_loop(self) -> None:
+        """Write-back thread: fdatasync the logs :meth:`_note_written` queued."""
+        while True:
+            self._sync_wake.wait()
+            self._sync_wake.clear()
+            if self._stop.is_set():
+                return
+            jobs: list[tuple[EntryLog, int, int]] = []
+            try:
+                with self._lock:
+                    queued, self._sync_queue = self._sync_queue, {}
+                    for lg in queued.values():
+                        # GC and compaction take a log out of _logs under this lock before they
+                        # close and delete it, and close() closes logs under it: a log still in
+                        # _logs here is open and its file exists until the lock is released. A
+                        # descriptor of our own cannot be closed or reused under the sync, and
+                        # an error the sync meets is still reported to the checkpoint's fsync
+                        # through the log's descriptor (errors are tracked per open file).
+                        if self._closed or self._logs.get(lg.log_id) is not lg or lg.fd < 0:
+                            continue
+                        try:
+                            fd = os.open(lg.path, os.O_RDONLY | os.O_CLOEXEC)
+                        except OSError as exc:
+                            # Nothing is lost: the checkpoint still syncs the log.
+                            log.warning("write-back skips entry log %s: %s", lg.path, exc)
+                            continue
+                        jobs.append((lg, fd, lg.written - lg.synced_to))
+                        lg.synced_to = lg.written
+                for lg, fd, nbytes in jobs:
+                    try:
+                        os.fdatasync(fd)
+                    except OSError as exc:
+                        if self._closed:
+                            return
+                        # What reached the disk is unknown: refuse checkpoints as a failed flush does.
+                        msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
+                        self._flush_failure = self._flush_failure or msg
+                        log.error("%s; write-back stopped and the next flush() will fail", msg)
+                        return
+                    with self._lock:
+                        self._background_syncs += 1
+                        self._background_sync_bytes += nbytes
+            finally:
+                for _, fd, _ in jobs:
+                    os.close(fd)
 
     # --- ledger state ----------------------------------------------------------------------------
 
@@ -522,6 +598,7 @@ class EntryLogStorage(StorageEngine):
         buf += data
         if len(buf) >= self._wbs:
             lg.write_out()
+            self._note_written(lg)
         m = lg.ledgers
         m[ledger_id] = m.get(ledger_id, 0) + rec
         lg.total += rec
@@ -532,6 +609,7 @@ class EntryLogStorage(StorageEngine):
         old = self._active[dir_idx]
         if old is not None:
             old.finish()
+            self._note_written(old)
             self._write_ledger_map(old)
         log_id = self._next_log_id
         if log_id > _OFFSET_MASK:
@@ -604,6 +682,7 @@ class EntryLogStorage(StorageEngine):
             active = self._active[led.dir_idx]
             if active is not None:
                 active.write_out()
+                self._note_written(active)
             self._write_ledger_pages(led, [(page_no, page.slots)], keep_open=False)
             page.dirty = False
             self._dirty_evictions += 1
@@ -697,6 +776,7 @@ class EntryLogStorage(StorageEngine):
                     buf += data
                     if len(buf) >= wbs:
                         lg.write_out()
+                        self._note_written(lg)
                     # Record first, slot second: an eviction inside set_slot writes the log
                     # buffer out before the page, so the index never points past the log's data.
                     page_no, slot = divmod(entry_id, spp)
@@ -904,6 +984,8 @@ class EntryLogStorage(StorageEngine):
                 if lg is not None:
                     lg.write_out()
             logs = [(lg, lg.written) for lg in self._logs.values() if lg.unsynced]
+            for lg, written in logs:
+                lg.synced_to = max(lg.synced_to, written)
             todo = sorted(self._dirty_ledgers)
             self._dirty_ledgers = set()
             maps, self._maps_to_sync = self._maps_to_sync, set()
@@ -1121,6 +1203,8 @@ class EntryLogStorage(StorageEngine):
                     "compactions": self._compactions,
                     "bytes_compacted": self._bytes_compacted,
                     "pinned_logs": sum(1 for lg in self._logs.values() if lg.pinned),
+                    "background_syncs": self._background_syncs,
+                    "background_sync_bytes": self._background_sync_bytes,
                 },
             )
 
@@ -1136,6 +1220,13 @@ def _positive_int(opts: dict[str, Any], key: str) -> int:
     value = opts[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"entrylog storage: option {key}={value!r} must be a positive integer")
+    return value
+
+
+def _non_negative_int(opts: dict[str, Any], key: str) -> int:
+    value = opts[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"entrylog storage: option {key}={value!r} must be a non-negative integer (0: off)")
     return value
 
 

@@ -52,6 +52,7 @@ class EntryLog:
         "ledgers",
         "total",
         "unsynced",
+        "synced_to",
         "pinned",
         "must_compact",
     )
@@ -70,6 +71,9 @@ class EntryLog:
         self.total = 0
         #: written since the last fsync
         self.unsynced = False
+        #: file offset up to which a sync (background or checkpoint) has been started; the
+        #: engine's write-back syncs the log once ``written - synced_to`` reaches its threshold
+        self.synced_to = written
         #: the log could not be scanned cleanly: never deleted or compacted automatically
         self.pinned = False
         #: a compaction of this log was interrupted: compact it before anything else

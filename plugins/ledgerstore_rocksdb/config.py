@@ -34,6 +34,10 @@ class RocksDBConfig:
             ``flush()`` durable by flushing memtables to SST files; True writes the WAL and makes
             ``flush()`` sync it instead. Either way ``flush()`` meets the checkpoint contract;
             the bookie journal is the write-ahead log of every add, so the WAL is redundant.
+        bytes_per_sync: RocksDB syncs SST files in the background every this many bytes written
+            (0 = only when a file is finished), so dirty pages never pile up into a writeback
+            burst that stalls the bookie journal's fdatasync.
+        wal_bytes_per_sync: the same for RocksDB's WAL files (only used with ``wal=True``).
     """
 
     block_cache_size: int = 64 * MiB
@@ -43,6 +47,8 @@ class RocksDBConfig:
     bloom_bits_per_key: int = 10
     max_background_jobs: int = 2
     wal: bool = False
+    bytes_per_sync: int = 1 * MiB
+    wal_bytes_per_sync: int = 1 * MiB
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RocksDBConfig:

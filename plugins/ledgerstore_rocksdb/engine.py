@@ -176,8 +176,10 @@ class RocksDBStorage(StorageEngine):
         opts.set_write_buffer_size(cfg.write_buffer_size)
         opts.set_max_write_buffer_number(cfg.max_write_buffer_number)
         opts.set_compression_type(getattr(DBCompressionType, compression)())
-        # Spread the page-cache writeback of SST files instead of one large fsync per flush.
-        opts.set_bytes_per_sync(1024 * 1024)
+        # Spread the page-cache writeback of SST and WAL files instead of one large burst per
+        # flush: a burst of dirty pages makes the journal's fdatasync wait behind it.
+        opts.set_bytes_per_sync(cfg.bytes_per_sync)
+        opts.set_wal_bytes_per_sync(cfg.wal_bytes_per_sync)
         opts.set_keep_log_file_num(5)
         table = BlockBasedOptions()
         if cfg.block_cache_size:

@@ -348,11 +348,49 @@ def test_closed_engine_refuses_calls(tmp_path: Path) -> None:
         ({"write_buffer_size": 1024}, "write_buffer_size"),
         ({"wal": "yes"}, "wal"),
         ({"max_background_jobs": -1}, "max_background_jobs"),
+        ({"bytes_per_sync": -1}, "bytes_per_sync"),
+        ({"wal_bytes_per_sync": "1MiB"}, "wal_bytes_per_sync"),
+        ({"bytes_per_sync": True}, "bytes_per_sync"),
     ],
 )
 def test_bad_options_are_config_errors(tmp_path: Path, options: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RocksDBStorage([tmp_path], **options)
+
+
+def _persisted_db_options(db_dir: Path) -> dict[str, str]:
+    """The [DBOptions] section of the newest OPTIONS file RocksDB wrote for the database."""
+    newest = max(db_dir.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    values: dict[str, str] = {}
+    section = ""
+    for line in newest.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[DBOptions]" and "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, ("1048576", "1048576")),
+        ({"bytes_per_sync": 2 * 1024 * 1024, "wal_bytes_per_sync": 512 * 1024, "wal": True}, ("2097152", "524288")),
+        ({"bytes_per_sync": 0, "wal_bytes_per_sync": 0}, ("0", "0")),
+    ],
+)
+def test_bytes_per_sync_reaches_rocksdb(tmp_path: Path, options: dict, expected: tuple[str, str]) -> None:
+    e = RocksDBStorage([tmp_path], **options)
+    e.open()
+    try:
+        e.add_entry(1, 0, b"x" * 1000)
+        e.flush()
+        found = _persisted_db_options(tmp_path / "rocksdb")
+        assert (found["bytes_per_sync"], found["wal_bytes_per_sync"]) == expected
+    finally:
+        e.close()
 
 
 def test_only_the_first_ledger_dir_is_used(tmp_path: Path) -> None:
