@@ -327,7 +327,18 @@ def load(
             raise ConfigError(f"config file {source} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
-        data = raw.get(kind, raw) if isinstance(raw.get(kind), dict) else raw
+        if isinstance(raw.get(kind), dict):
+            # a file may hold a [bookie] and a [client] table; anything else beside them would
+            # be ignored, so it is refused (e.g. [storage_options] meant as [bookie.storage_options])
+            stray = sorted(set(raw) - {"bookie", "client"})
+            if stray:
+                raise ConfigError(
+                    f"{source}: unknown top-level {'tables' if len(stray) > 1 else 'table'} "
+                    f"{', '.join(map(repr, stray))} beside [{kind}]; {kind} settings go inside it, "
+                    f"e.g. [{kind}.{stray[0]}]")
+            data = raw[kind]
+        else:
+            data = raw
         base_dir = Path(path).resolve().parent
         data = _relative_paths(data, base_dir)
     try:

@@ -29,6 +29,15 @@ def test_unknown_key_names_key_and_file(tmp_path: Path) -> None:
     assert "journl_dir" in str(info.value) and str(p) in str(info.value) and "journal_dir" in str(info.value)
 
 
+def test_stray_table_beside_the_bookie_table_is_refused(tmp_path: Path) -> None:
+    p = write(tmp_path, '[bookie]\nmetadata = "sqlite:///x.db"\n\n[storage_options]\nflush_entrylog_bytes = 0\n')
+    with pytest.raises(ConfigError, match=r"'storage_options' beside \[bookie\].*\[bookie.storage_options\]"):
+        load_bookie_config(p)
+    # a shared file with both roles' tables is fine
+    p = write(tmp_path, '[bookie]\nmetadata = "sqlite:///x.db"\n\n[client]\nmetadata = "sqlite:///x.db"\n')
+    assert load_bookie_config(p).metadata == "sqlite:///x.db"
+
+
 def test_wrong_type_names_nested_key(tmp_path: Path) -> None:
     p = write(tmp_path, '[bookie]\nmetadata = "sqlite:///x.db"\n[bookie.journal]\nmax_group_bytes = "lots"\n')
     with pytest.raises(ConfigError, match=r"journal\.max_group_bytes.*integer"):
