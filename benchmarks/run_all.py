@@ -416,8 +416,9 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
         r = rows["read_seq_100b"]
         r.load_before = uptime()
         cpu = CpuMeter(cluster)
-        rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000))
-        r.details = {"cpu_percent": cpu.percent(), "entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s, "batch": 1000,
+        rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000, window=2))
+        r.details = {"cpu_percent": cpu.percent(), "entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s,
+                     "read_batch": 1000, "read_window": 2,
                      "ledger_entries": rd.entries, "batch_latency_ms": rd.batch_latency_ms}
         r.settle(rd.entries_per_s)
 
@@ -472,7 +473,7 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
 def _write_details(w: Any) -> dict[str, Any]:
     return {"entries": w.entries, "seconds": w.seconds, "entries_per_s": w.entries_per_s, "mb_per_s": w.mb_per_s,
             "latency_ms": w.latency_ms, "warmup_entries": w.warmup_entries, "throttle": w.options["throttle"],
-            "batch": w.options["batch"]}
+            "append_batch": w.options["batch"]}
 
 
 def run(plan: Plan) -> dict[str, Any]:
@@ -551,8 +552,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             bits.append(f"worst ms per second {d['worst_ms_per_second']}")
         if "cpu_percent" in d:
             bits.append("CPU % of a core " + " ".join(f"{k} {v}" for k, v in d["cpu_percent"].items()))
-        if d.get("batch", 1) > 1:
-            bits.append(f"{d['batch']} entries per append_many call")
+        if d.get("append_batch", 1) > 1:
+            bits.append(f"{d['append_batch']} entries per append_many call")
         if "one_add_per_call" in d:
             one = d["one_add_per_call"]
             bits.append(f"with one append_async per entry instead: {one['entries_per_s']:,.0f} entries/s, latency ms "

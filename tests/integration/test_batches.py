@@ -162,3 +162,28 @@ def test_ensemble_change_while_batches_are_outstanding(cluster_factory: Callable
                     assert resp.status == Status.OK and dm.verify(resp.entry, e).payload == b"entry-%d" % e
 
     run(main())
+
+
+def test_iterating_with_read_ahead_yields_every_entry_in_order(shared_cluster: LocalCluster) -> None:
+    async def main() -> int:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            lh = await client.create_ledger(3, 2, 2, password=b"pw")
+            await lh.append_many([b"r%d" % i for i in range(100)])
+            await lh.close()
+            rh = await client.open_ledger(lh.ledger_id, password=b"pw")
+            for read_ahead in (0, 1, 3):
+                got = [e.payload async for e in rh.iter_entries(5, 97, batch=7, read_ahead=read_ahead)]
+                assert got == [b"r%d" % i for i in range(5, 98)]
+            first = []
+            async for e in rh.iter_entries(batch=10, read_ahead=4):  # leaving early cancels the read-ahead
+                first.append(e.entry_id)
+                if len(first) == 15:
+                    break
+            assert first == list(range(15))
+            return lh.ledger_id
+
+    lid = run(main())
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        rh = client.open_ledger(lid, password=b"pw")
+        assert [e.payload for e in rh.iter_entries(batch=9, read_ahead=2)] == [b"r%d" % i for i in range(100)]
+        client.delete_ledger(lid)

@@ -15,6 +15,7 @@ sequentially in batches.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import os
@@ -113,11 +114,15 @@ class ReadOptions:
     ack_quorum: int = 2
     #: entries per read request batch
     batch: int = 1000
+    #: batches read at once: the next ones are on their way while one is counted (1: one at a time)
+    window: int = 2
     keep_ledgers: bool = False
 
     def validate(self) -> None:
         if self.batch < 1:
             raise InvalidArgumentError(f"batch must be at least 1, got {self.batch}")
+        if self.window < 1:
+            raise InvalidArgumentError(f"window must be at least 1, got {self.window}")
         if self.ledger_id is None and self.count < 1:
             raise InvalidArgumentError(f"count must be at least 1, got {self.count}")
 
@@ -309,12 +314,16 @@ async def run_reads(client: Any, opts: ReadOptions, on_tick: TickCallback | None
         entries = nbytes = 0
         start = time.perf_counter()
         ticker = asyncio.create_task(_ticker(on_tick, start, lambda: entries)) if on_tick else None
+        inflight: collections.deque[tuple[float, asyncio.Task[list[Any]]]] = collections.deque()
         try:
             first = 0
-            while first <= last:
-                hi = min(last, first + opts.batch - 1)
-                t0 = time.perf_counter()
-                got = await handle.read(first, hi)
+            while first <= last or inflight:
+                while first <= last and len(inflight) < opts.window:
+                    hi = min(last, first + opts.batch - 1)
+                    inflight.append((time.perf_counter(), asyncio.ensure_future(handle.read(first, hi))))
+                    first = hi + 1
+                t0, task = inflight.popleft()
+                got = await task
                 now = time.perf_counter()
                 rec.record(now - t0)
                 entries += len(got)
@@ -323,8 +332,9 @@ async def run_reads(client: Any, opts: ReadOptions, on_tick: TickCallback | None
                 while len(per_second) <= sec:
                     per_second.append(0)
                 per_second[sec] += len(got)
-                first = hi + 1
         finally:
+            for _, task in inflight:
+                task.cancel()
             if ticker is not None:
                 ticker.cancel()
         seconds = time.perf_counter() - start

@@ -150,12 +150,14 @@ def writes(metadata: str | None, bookies: int, storage: str, ensemble: int, writ
 @click.option("-w", "--write-quorum", default=2, show_default=True, type=click.IntRange(1))
 @click.option("-a", "--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--batch", default=1000, show_default=True, type=click.IntRange(1), help="entries per read batch")
+@click.option("--window", default=2, show_default=True, type=click.IntRange(1),
+              help="batches read at once (the next ones travel while one is counted)")
 @click.option("--keep-ledgers", is_flag=True, help="keep the ledger written for the run")
 @_output_options
 @handle_errors
 def reads(metadata: str | None, bookies: int, storage: str, ledger_id: int | None, password: str | None, count: int,
-          entry_size: int, ensemble: int, write_quorum: int, ack_quorum: int, batch: int, keep_ledgers: bool,
-          as_json: bool, plot_path: str | None) -> None:
+          entry_size: int, ensemble: int, write_quorum: int, ack_quorum: int, batch: int, window: int,
+          keep_ledgers: bool, as_json: bool, plot_path: str | None) -> None:
     """Sequential reads of a closed ledger: entries/s, MB/s, batch latency."""
     from ledgerstore.aio import Client
     from ledgerstore.bench import ReadOptions, run_reads
@@ -164,7 +166,8 @@ def reads(metadata: str | None, bookies: int, storage: str, ledger_id: int | Non
     if ledger_id is not None and metadata is None:
         raise ConfigError("--ledger-id needs --metadata: a freshly started local cluster holds no ledgers")
     opts = ReadOptions(ledger_id=ledger_id, count=count, entry_size=entry_size, ensemble=ensemble,
-                       write_quorum=write_quorum, ack_quorum=ack_quorum, batch=batch, keep_ledgers=keep_ledgers)
+                       write_quorum=write_quorum, ack_quorum=ack_quorum, batch=batch, window=window,
+                       keep_ledgers=keep_ledgers)
     if password is not None:
         opts.password = password.encode()
     elif ledger_id is not None:

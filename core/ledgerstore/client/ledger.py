@@ -175,15 +175,25 @@ class ReadHandle:
                 got[e] = entry
         return [got[e] for e in range(first, last + 1)]
 
-    async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000) -> AsyncIterator[Entry]:
-        """Iterate entries in batches (bounded memory)."""
+    async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000,
+                           read_ahead: int = 1) -> AsyncIterator[Entry]:
+        """Iterate entries in batches (bounded memory: ``read_ahead`` more batches are read while
+        the caller consumes one, so the bookies work while the caller does)."""
         end = self._lac if last is None else last
-        eid = first
-        while eid <= end:
-            hi = min(end, eid + batch - 1)
-            for e in await self.read(eid, hi):
-                yield e
-            eid = hi + 1
+        ranges = ((lo, min(end, lo + batch - 1)) for lo in range(first, end + 1, batch))
+        ahead: collections.deque[asyncio.Task[list[Entry]]] = collections.deque()
+        try:
+            for lo, hi in ranges:
+                ahead.append(asyncio.ensure_future(self.read(lo, hi)))
+                if len(ahead) > read_ahead:
+                    for e in await ahead.popleft():
+                        yield e
+            while ahead:
+                for e in await ahead.popleft():
+                    yield e
+        finally:
+            for t in ahead:
+                t.cancel()
 
     async def read_entry(self, entry_id: int, *, fence: bool = False) -> Entry:
         """One entry, from the first replica of its write set that has it with a valid digest;

@@ -4,6 +4,7 @@ so scripts, notebooks and Spark executors can call it without async code."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
@@ -65,13 +66,22 @@ class ReadHandle:
     def __iter__(self) -> Iterator[Entry]:
         return self.iter_entries()
 
-    def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000) -> Iterator[Entry]:
+    def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000,
+                     read_ahead: int = 1) -> Iterator[Entry]:
+        """Iterate entries in batches; ``read_ahead`` more batches are read while one is consumed."""
         end = self._h.last_add_confirmed if last is None else last
-        eid = first
-        while eid <= end:
-            hi = min(end, eid + batch - 1)
-            yield from self.read(eid, hi)
-            eid = hi + 1
+        loop = self._owner._lt.loop
+        ahead: collections.deque[concurrent.futures.Future[list[Entry]]] = collections.deque()
+        try:
+            for lo in range(first, end + 1, batch):
+                ahead.append(asyncio.run_coroutine_threadsafe(self._h.read(lo, min(end, lo + batch - 1)), loop))
+                if len(ahead) > read_ahead:
+                    yield from ahead.popleft().result()
+            while ahead:
+                yield from ahead.popleft().result()
+        finally:
+            for f in ahead:
+                f.cancel()
 
     def read_last_add_confirmed(self) -> int:
         return self._owner._run(self._h.read_last_add_confirmed())
