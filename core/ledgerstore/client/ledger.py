@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ledgerstore.errors import (
@@ -472,21 +472,28 @@ class LedgerHandle(ReadHandle):
         if unsent and not self._changing and self._error is None:
             # while the ensemble changes, unsent adds wait: the change sends every pending add
             # that has no ensemble yet
-            limit = self.client.config.max_frame_size // 2
-            start = 0
-            while start < len(unsent):
-                size = 0
-                end = start
-                stop = min(len(unsent), start + _BATCH_ENTRIES)
-                while end < stop and (size < limit or end == start):
-                    size += len(unsent[end].item)
-                    end += 1
-                self._send_group(unsent[start:end])
-                start = end
+            for chunk in self._chunks(unsent):
+                self._send_group(chunk)
         if self._resends:
             resends, self._resends = self._resends, {}
             for (bid, idx), pas in resends.items():
-                self._send_chunks(bid, idx, pas, None)
+                for chunk in self._chunks(pas):
+                    body = codec.add_batch_body_of_items(self.ledger_id, self.master_key, [pa.item for pa in chunk])
+                    self._send_frame(bid, idx, chunk, None, body)
+
+    def _chunks(self, pas: list[_PendingAdd]) -> Iterator[list[_PendingAdd]]:
+        """Consecutive slices of ``pas`` that fit one frame (entries and bytes)."""
+        limit = self.client.config.max_frame_size // 2
+        start = 0
+        while start < len(pas):
+            size = 0
+            end = start
+            stop = min(len(pas), start + _BATCH_ENTRIES)
+            while end < stop and (size < limit or end == start):
+                size += len(pas[end].item)
+                end += 1
+            yield pas[start:end]
+            start = end
 
     def _send_group(self, pas: list[_PendingAdd]) -> None:
         md = self.md
@@ -504,28 +511,12 @@ class LedgerHandle(ReadHandle):
             return
         per_idx: list[list[_PendingAdd]] = [[] for _ in range(e_size)]
         for pa in pas:
-            first = pa.entry_id % e_size
-            for j in range(wq):
-                per_idx[(first + j) % e_size].append(pa)
+            for idx in md.write_set(pa.entry_id):
+                per_idx[idx].append(pa)
         for idx, bid in enumerate(ensemble):
             if per_idx[idx]:
                 body = codec.add_batch_body_of_items(lid, key, [pa.item for pa in per_idx[idx]])
                 self._send_frame(bid, idx, per_idx[idx], group, body)
-
-    def _send_chunks(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None) -> None:
-        limit = self.client.config.max_frame_size // 2
-        start = 0
-        while start < len(pas):
-            size = 0
-            end = start
-            stop = min(len(pas), start + _BATCH_ENTRIES)
-            while end < stop and (size < limit or end == start):
-                size += len(pas[end].item)
-                end += 1
-            chunk = pas[start:end]
-            body = codec.add_batch_body_of_items(self.ledger_id, self.master_key, [pa.item for pa in chunk])
-            self._send_frame(bid, idx, chunk, group, body)
-            start = end
 
     def _send_frame(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None, body: bytes) -> None:
         ch = self.client.pool.get(bid)
@@ -608,7 +599,12 @@ class LedgerHandle(ReadHandle):
         self._bookie_failed(bid, reason)
 
     def _complete(self) -> None:
-        """Acknowledge, in entry order, every leading entry that has its ack quorum."""
+        """Acknowledge, in entry order, every leading entry that has its ack quorum. Not while
+        the ensemble changes: the new fragment starts after the last acknowledged entry, and an
+        entry acknowledged meanwhile by the old bookies would never reach the replacement (as
+        BookKeeper, completions wait for the change)."""
+        if self._changing:
+            return
         q = self._pending
         aq = self.md.ack_quorum
         popleft = q.popleft
@@ -685,6 +681,8 @@ class LedgerHandle(ReadHandle):
                     self._changing = False
                     self._resend_unsent()
                     self._check_quorum_possible(reason)
+                    if self._error is None:
+                        self._complete()
                     return
                 md = self.md
                 ensembles = [e for e in md.ensembles if e[0] < first] + [(first, new)]
@@ -730,6 +728,8 @@ class LedgerHandle(ReadHandle):
         # task was cancelled or its loop is shutting down: those leave through the finally above)
         if self._error is None and any(b in self._failed_bookies for b in self.md.current_ensemble):
             self._bookie_failed(next(b for b in self.md.current_ensemble if b in self._failed_bookies), reason)
+        if self._error is None:
+            self._complete()  # what was acknowledged during the change (held back until now)
 
     def _resend_unsent(self) -> None:
         for pa in self._pending:
