@@ -8,7 +8,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ledgerstore.api import Connection, Transport
 from ledgerstore.errors import BookieUnavailableError, LedgerStoreError, ProtocolError, TimeoutError_
@@ -19,6 +19,17 @@ log = logging.getLogger(__name__)
 
 ResponseCallback = Callable[[codec.Response | None, BaseException | None], None]
 Resolver = Callable[[str], Any]  # async (bookie_id) -> endpoint URI
+FramesCallback = Callable[[Sequence[bytes]], None]
+CloseCallback = Callable[[BaseException | None], None]
+
+
+class ConnectInterceptor(Protocol):
+    """Wraps every connection a :class:`ChannelPool` opens (fault injection in tests and the
+    simulation): given the bookie, the real transport and its callbacks, return the connection
+    the channel will use."""
+
+    async def connect(self, bookie_id: str, transport: Transport, endpoint: str,
+                      on_frames: FramesCallback, on_close: CloseCallback) -> Connection: ...
 
 
 class BookieChannel:
@@ -80,8 +91,7 @@ class BookieChannel:
     async def _connect(self) -> None:
         try:
             endpoint = await self.pool.resolve(self.bookie_id)
-            transport = self.pool.transport_for(endpoint)
-            conn = await transport.connect(endpoint, self._on_frames, self._on_close)
+            conn = await self.pool.connect(self.bookie_id, endpoint, self._on_frames, self._on_close)
         except (LedgerStoreError, OSError) as exc:
             self._retry_after = self._loop.time() + self.pool.reconnect_backoff
             queued, self._queued = self._queued, []
@@ -169,6 +179,16 @@ class ChannelPool:
         self.reconnect_backoff = reconnect_backoff
         self._channels: dict[str, BookieChannel] = {}
         self._transports: dict[str, Transport] = {}
+        #: when set, every new connection goes through it (see :class:`ConnectInterceptor`)
+        self.interceptor: ConnectInterceptor | None = None
+
+    async def connect(self, bookie_id: str, endpoint: str, on_frames: FramesCallback,
+                      on_close: CloseCallback) -> Connection:
+        """Open a connection to ``bookie_id`` at ``endpoint`` through its scheme's transport."""
+        transport = self.transport_for(endpoint)
+        if self.interceptor is not None:
+            return await self.interceptor.connect(bookie_id, transport, endpoint, on_frames, on_close)
+        return await transport.connect(endpoint, on_frames, on_close)
 
     def get(self, bookie_id: str) -> BookieChannel:
         ch = self._channels.get(bookie_id)

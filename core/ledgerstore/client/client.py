@@ -34,7 +34,8 @@ class Client:
     ``etcd://host:2379/ledgers``); other keyword arguments override :class:`ClientConfig` fields.
     """
 
-    def __init__(self, metadata: str | None = None, *, config: ClientConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, metadata: str | None = None, *, config: ClientConfig | None = None,
+                 metadata_store: MetadataStore | None = None, **overrides: Any) -> None:
         if config is None:
             if metadata is not None:
                 overrides["metadata"] = metadata
@@ -43,6 +44,9 @@ class Client:
             raise InvalidArgumentError("pass either config= or metadata=/overrides, not both")
         self.config = config
         self.store: MetadataStore | None = None
+        #: a store given by the caller (e.g. wrapped for fault injection) is used instead of one
+        #: built from ``config.metadata``; the client still starts and closes it
+        self._given_store = metadata_store
         self._started = False
         self._bookie_cache: tuple[float, list[BookieInfo]] = (0.0, [])
         self._endpoints: dict[str, str] = {}
@@ -56,7 +60,7 @@ class Client:
         if self._started:
             return self
         self.loop = asyncio.get_running_loop()
-        self.store = create_metadata_store(self.config.metadata, **self.config.metadata_options)
+        self.store = self._given_store or create_metadata_store(self.config.metadata, **self.config.metadata_options)
         await self.store.start()
         self.ledgers = LedgerManager(self.store)
         self.registry = BookieRegistry(self.store)
