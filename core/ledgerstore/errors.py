@@ -144,6 +144,11 @@ class InvalidArgumentError(LedgerStoreError, ValueError):
     """An argument is outside what the protocol allows (for example E < Qw)."""
 
 
+class InvalidMetadataError(InvalidArgumentError):
+    """Ledger metadata that breaks an invariant (e.g. a fragment naming one bookie twice) was
+    about to be written; nothing was written."""
+
+
 class LedgerExistsError(LedgerStoreError):
     """A ledger with that id already exists."""
 

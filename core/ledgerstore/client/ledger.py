@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ledgerstore.errors import (
@@ -42,6 +42,9 @@ _BATCH_ENTRIES = 4096
 #: entries read per round of READ_MULTI requests, and per request
 _READ_WINDOW = 20_000
 _READ_MULTI_ENTRIES = 2_000
+#: bytes a frame adds around one payload: frame and batch headers, the entry header, the
+#: largest digest (HMAC-SHA256), with room to spare
+_FRAME_OVERHEAD = 256
 _BOOKIE_FAILURES = frozenset({Status.IO_ERROR, Status.READ_ONLY, Status.TOO_MANY_REQUESTS, Status.BAD_REQUEST})
 
 
@@ -356,6 +359,16 @@ class LedgerHandle(ReadHandle):
             return LedgerClosedError(f"ledger {self.ledger_id} is closed")
         return None
 
+    def _max_payload(self) -> int:
+        """Largest payload that fits one frame with its headers and digest."""
+        return self.client.config.max_frame_size - _FRAME_OVERHEAD - len(self.master_key)
+
+    def _too_large(self, size: int) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"payload of {size} bytes does not fit a frame of max_frame_size={self.client.config.max_frame_size} "
+            f"bytes (at most {self._max_payload()} bytes of payload); nothing was sent and the ledger "
+            "handle stays usable")
+
     def _masks(self) -> list[int]:
         """Write-set bit masks by ``entry_id % ensemble_size`` (recomputed when metadata changes)."""
         md = self.md
@@ -374,6 +387,9 @@ class LedgerHandle(ReadHandle):
             return fut
         if not isinstance(payload, bytes | bytearray | memoryview):
             fut.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
+            return fut
+        if len(payload) > self._max_payload():
+            fut.set_exception(self._too_large(len(payload)))
             return fut
         eid = self._next_entry_id
         self._next_entry_id = eid + 1
@@ -399,6 +415,13 @@ class LedgerHandle(ReadHandle):
             return fut
         if not payloads:
             fut.set_exception(InvalidArgumentError("append_many needs at least one payload"))
+            return fut
+        try:
+            biggest = max(map(len, payloads))
+        except TypeError:
+            biggest = 0  # not bytes: reported below
+        if biggest > self._max_payload():
+            fut.set_exception(self._too_large(biggest))
             return fut
         try:
             items = codec.add_batch_items(self.digest, self._next_entry_id, self._lac, payloads)
@@ -773,118 +796,241 @@ class LedgerHandle(ReadHandle):
                 return
 
 
-async def recover(client: Client, md: LedgerMetadata, password: bytes) -> LedgerMetadata:
+class _MetadataMoved(Exception):
+    """The ledger's metadata changed under a recovery in a way it cannot merge: start again."""
+
+
+async def recover(client: Client, md: LedgerMetadata, password: bytes, *,
+                  exclude: Collection[str] = ()) -> LedgerMetadata:
     """Fence the ledger, find its last entry, re-replicate the tail and close it (the seeds'
-    "closing a ledger as a reader"). Concurrent recoverers converge on one last entry."""
+    "closing a ledger as a reader", BookKeeper's LedgerRecoveryOp). Concurrent recoverers converge
+    on one last entry.
+
+    The ensemble recovered is the one the metadata names, failed bookies included (they just do
+    not answer). A bookie that fails a write-back is replaced through the placement policy (never
+    by one of ``exclude``), in this recovery's memory only: the new fragment is written together
+    with the close, by compare-and-set. Metadata changed by someone else meanwhile (other than a
+    close by a concurrent recoverer, which stands) makes the recovery start again.
+    """
     mgr = client.ledgers
-    while md.state is LedgerState.OPEN:
-        try:
-            md = await mgr.write(LedgerMetadata(**{**md.__dict__, "state": LedgerState.IN_RECOVERY}))
-        except BadVersionError:
-            md = await mgr.read(md.ledger_id)
-    if md.is_closed:
-        return md
-    handle = ReadHandle(client, md, password)
-    first_of_fragment, ensemble = md.ensembles[-1]
-    E, Qw, Qa = md.ensemble_size, md.write_quorum, md.ack_quorum
-    need = Qw - Qa + 1
-    timeout = client.config.read_timeout_s
-    key = handle.master_key
-
-    # 1. fence every bookie of the last fragment and learn their LACs
-    futs = [client.pool.get(b).request(
-        lambda rid: codec.encode_read_lac(rid, md.ledger_id, key, FLAG_FENCE), timeout) for b in ensemble]
-    results = await asyncio.gather(*futs, return_exceptions=True)
-    ok = [False] * E
-    lac = -1
-    for i, r in enumerate(results):
-        if isinstance(r, codec.Response):
-            if r.status == Status.OK:
-                ok[i] = True
-                lac = max(lac, r.lac)
-            elif r.status == Status.NO_SUCH_LEDGER:
-                ok[i] = True
-            elif r.status == Status.UNAUTHORIZED:
-                raise UnauthorizedAccessError(f"bookie {ensemble[i]} refused the password while fencing ledger {md.ledger_id}")
-    for start in range(E):
-        quorum = [(start + j) % E for j in range(Qw)]
-        if sum(ok[i] for i in quorum) < need:
-            errs = [f"{ensemble[i]}: {results[i]}" for i in quorum if not ok[i]]
-            raise LedgerRecoveryError(
-                f"cannot fence ledger {md.ledger_id}: write quorum {[ensemble[i] for i in quorum]} gave fewer than "
-                f"{need} answers ({'; '.join(errs)})")
-
-    # 2. read forward from the LAC with fencing reads, re-replicating what we find
-    # Everything before the last fragment was acknowledged before the ensemble change that
-    # started it, so reading starts in the current fragment even when the bookies' LACs lag
-    # behind it (BookKeeper #2615).
-    eid = max(lac + 1, first_of_fragment, 0)
-    last_found = eid - 1
-    handle._lac = 2**62  # recovery reads beyond any LAC
-    length = 0
     while True:
-        try:
-            entry = await _recovery_read(client, handle, md, eid, need)
-        except NoSuchEntryError:
-            break
-        if entry is None:
-            break
-        await _rereplicate(client, handle, md, eid, entry)
-        last_found = eid
-        eid += 1
-    # 3. close by CAS (unless another recoverer already did: then theirs stands)
-    while True:
+        while md.state is LedgerState.OPEN:
+            try:
+                md = await mgr.write(LedgerMetadata(**{**md.__dict__, "state": LedgerState.IN_RECOVERY}))
+            except BadVersionError:
+                md = await mgr.read(md.ledger_id)
         if md.is_closed:
             return md
-        candidate = LedgerMetadata(**{**md.__dict__, "state": LedgerState.CLOSED, "last_entry_id": last_found,
-                                      "length": max(md.length, length)})
         try:
-            md = await mgr.write(candidate)
-            notify("ledgerstore_ledger_closed", ledger_id=md.ledger_id, last_entry_id=last_found, recovered=True)
-            return md
-        except BadVersionError:
+            return await _LedgerRecovery(client, md, password, frozenset(exclude)).run()
+        except _MetadataMoved:
             md = await mgr.read(md.ledger_id)
 
 
-async def _recovery_read(client: Client, handle: ReadHandle, md: LedgerMetadata, eid: int, need: int) -> bytes | None:
-    """Read ``eid`` from its whole write set with the fence flag. Returns the signed bytes, or None
-    when at least ``need`` replicas say they do not have it (so it cannot have been acknowledged)."""
-    _, ensemble = md.ensemble_for(eid)
-    ws = md.write_set(eid)
-    timeout = client.config.read_timeout_s
-    futs = [client.pool.get(ensemble[i]).request(
-        lambda rid: codec.encode_read(rid, md.ledger_id, eid, handle.master_key, FLAG_FENCE), timeout) for i in ws]
-    missing = 0
-    errors = []
-    for i, r in zip(ws, await asyncio.gather(*futs, return_exceptions=True), strict=True):
-        if isinstance(r, codec.Response) and r.status == Status.OK:
-            try:
-                handle.digest.verify(r.entry, eid)
-                return r.entry
-            except DigestMismatchError as exc:
-                errors.append(f"{ensemble[i]}: {exc}")
-        elif isinstance(r, codec.Response) and r.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
-            missing += 1
-        else:
-            errors.append(f"{ensemble[i]}: {r if not isinstance(r, codec.Response) else Status(r.status).name}")
-    if missing >= need:
-        return None
-    raise LedgerRecoveryError(
-        f"recovery of ledger {md.ledger_id} cannot tell whether entry {eid} exists: {missing} replicas lack it "
-        f"(need {need} to be sure), errors: {'; '.join(errors)}")
+class _LedgerRecovery:
+    """One attempt at recovering an IN_RECOVERY ledger: fence, read forward, write back, close."""
 
+    def __init__(self, client: Client, md: LedgerMetadata, password: bytes, exclude: frozenset[str]) -> None:
+        self.client = client
+        self.md = md
+        self.handle = ReadHandle(client, md, password)
+        self.key = self.handle.master_key
+        self.need = md.write_quorum - md.ack_quorum + 1
+        self.exclude = exclude
+        #: the fragments as this recovery will close the ledger with them (changed in memory only)
+        self.ensembles: list[tuple[int, list[str]]] = [(f, list(b)) for f, b in md.ensembles]
+        self.failed: set[str] = set()
 
-async def _rereplicate(client: Client, handle: ReadHandle, md: LedgerMetadata, eid: int, data: bytes) -> None:
-    """Write a found entry to its whole write set (recovery adds pass the fence); wait for Qa."""
-    _, ensemble = md.ensemble_for(eid)
-    timeout = client.config.add_timeout_s
-    futs = [client.pool.get(ensemble[i]).request(
-        lambda rid: codec.encode_add(rid, md.ledger_id, eid, handle.master_key, data, FLAG_RECOVERY_ADD), timeout)
-        for i in md.write_set(eid)]
-    acks = 0
-    for r in await asyncio.gather(*futs, return_exceptions=True):
-        if isinstance(r, codec.Response) and r.status == Status.OK:
-            acks += 1
-    if acks < md.ack_quorum:
+    async def run(self) -> LedgerMetadata:
+        md = self.md
+        lac = await self._fence()
+        # Everything before the last fragment was acknowledged before the ensemble change that
+        # started it, so reading starts in the current fragment even when the bookies' LACs lag
+        # behind it (BookKeeper #2615): recovery never rewrites an earlier fragment.
+        start = max(lac + 1, md.ensembles[-1][0], 0)
+        eid = start
+        tail_length = 0
+        while True:
+            entry = await self._read(eid)
+            if entry is None:
+                break
+            await self._write_back(eid, entry[0])
+            tail_length += len(entry[1])
+            eid += 1
+        last = eid - 1
+        length = await self._prefix_length(start) + tail_length
+        return await self._close(last, length)
+
+    async def _fence(self) -> int:
+        """Fence every bookie of the last fragment as the metadata names it; wait for
+        Qw−Qa+1 answers in every write quorum. Returns the highest LAC they reported."""
+        md, client = self.md, self.client
+        ensemble = md.ensembles[-1][1]
+        e_size, qw = md.ensemble_size, md.write_quorum
+        timeout = client.config.read_timeout_s
+        key = self.key
+        futs = [client.pool.get(b).request(
+            lambda rid: codec.encode_read_lac(rid, md.ledger_id, key, FLAG_FENCE), timeout) for b in ensemble]
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        ok = [False] * e_size
+        lac = -1
+        for i, r in enumerate(results):
+            if isinstance(r, codec.Response):
+                if r.status == Status.OK:
+                    ok[i] = True
+                    lac = max(lac, r.lac)
+                elif r.status == Status.NO_SUCH_LEDGER:
+                    ok[i] = True
+                elif r.status == Status.UNAUTHORIZED:
+                    raise UnauthorizedAccessError(
+                        f"bookie {ensemble[i]} refused the password while fencing ledger {md.ledger_id}")
+        for start in range(e_size):
+            quorum = [(start + j) % e_size for j in range(qw)]
+            if sum(ok[i] for i in quorum) < self.need:
+                errs = [f"{ensemble[i]}: {results[i]}" for i in quorum if not ok[i]]
+                raise LedgerRecoveryError(
+                    f"cannot fence ledger {md.ledger_id}: write quorum {[ensemble[i] for i in quorum]} gave fewer "
+                    f"than {self.need} answers ({'; '.join(errs)})")
+        return lac
+
+    async def _read(self, eid: int) -> tuple[bytes, bytes] | None:
+        """Read ``eid`` from its write set (as the writer wrote it) with the fence flag, so every
+        bookie that answers is fenced by then (BookKeeper #2614). Returns the signed bytes and
+        the payload, or None once ``need`` replicas said they lack it (then it cannot have been
+        acknowledged)."""
+        md, client = self.md, self.client
+        _, ensemble = md.ensemble_for(eid)
+        ws = md.write_set(eid)
+        timeout = client.config.read_timeout_s
+        key = self.key
+        owner = {client.pool.get(ensemble[i]).request(
+            lambda rid: codec.encode_read(rid, md.ledger_id, eid, key, FLAG_FENCE), timeout): ensemble[i] for i in ws}
+        pending: set[asyncio.Future[codec.Response]] = set(owner)
+        missing = 0
+        errors: list[str] = []
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for f in done:
+                    bid = owner[f]
+                    exc = f.exception()
+                    r = None if exc is not None else f.result()
+                    if r is not None and r.status == Status.OK:
+                        try:
+                            entry = self.handle.digest.verify(r.entry, eid)
+                        except DigestMismatchError as dexc:
+                            errors.append(f"{bid}: {dexc}")
+                            continue
+                        return r.entry, entry.payload
+                    if r is not None and r.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+                        missing += 1
+                    elif r is not None and r.status == Status.UNAUTHORIZED:
+                        raise UnauthorizedAccessError(
+                            f"bookie {bid} refused the password while recovering ledger {md.ledger_id}")
+                    else:
+                        errors.append(f"{bid}: {exc if r is None else Status(r.status).name}")
+                if missing >= self.need:
+                    return None
+        finally:
+            for f in pending:
+                f.cancel()
         raise LedgerRecoveryError(
-            f"recovery of ledger {md.ledger_id}: entry {eid} re-replicated to {acks} bookies, fewer than the ack quorum {md.ack_quorum}")
+            f"recovery of ledger {md.ledger_id} cannot tell whether entry {eid} exists: {missing} replicas lack it "
+            f"(need {self.need} to be sure), errors: {'; '.join(errors)}")
+
+    async def _write_back(self, eid: int, data: bytes) -> None:
+        """Write a found entry to its whole write set with recovery adds (they pass the fence).
+        A bookie that fails is replaced (in this recovery's memory) and the entry sent to its
+        replacement, so the entry ends on Qw bookies; with no replacement to be had, Qa acks do."""
+        md, client = self.md, self.client
+        timeout = client.config.add_timeout_s
+        key = self.key
+        ws = md.write_set(eid)
+        acked: set[int] = set()
+        while True:
+            ensemble = self.ensembles[-1][1]
+            targets = [i for i in ws if i not in acked]
+            futs = [client.pool.get(ensemble[i]).request(
+                lambda rid: codec.encode_add(rid, md.ledger_id, eid, key, data, FLAG_RECOVERY_ADD), timeout)
+                for i in targets]
+            failed: list[int] = []
+            reasons: list[str] = []
+            for i, r in zip(targets, await asyncio.gather(*futs, return_exceptions=True), strict=True):
+                if isinstance(r, codec.Response) and r.status == Status.OK:
+                    acked.add(i)
+                    continue
+                if isinstance(r, codec.Response) and r.status == Status.UNAUTHORIZED:
+                    raise UnauthorizedAccessError(
+                        f"bookie {ensemble[i]} refused the master key while recovering ledger {md.ledger_id}")
+                failed.append(i)
+                reasons.append(f"{ensemble[i]}: {r if not isinstance(r, codec.Response) else Status(r.status).name}")
+            if not failed:
+                return
+            try:
+                await self._replace(eid, failed)
+            except NotEnoughBookiesError as exc:
+                if len(acked) >= md.ack_quorum:
+                    log.warning("recovery of ledger %d: entry %d is on %d of %d bookies (%s) and no replacement "
+                                "is available (%s)", md.ledger_id, eid, len(acked), len(ws), "; ".join(reasons), exc)
+                    return
+                raise LedgerRecoveryError(
+                    f"recovery of ledger {md.ledger_id}: entry {eid} re-replicated to {len(acked)} bookies, fewer "
+                    f"than the ack quorum {md.ack_quorum} ({'; '.join(reasons)}), and no replacement: {exc}") from exc
+
+    async def _replace(self, eid: int, idxs: list[int]) -> None:
+        """Replace the bookies at ``idxs`` from entry ``eid`` on: in place when the last fragment
+        starts at ``eid`` (nothing of it was written before), else as a new fragment."""
+        md = self.md
+        first, ensemble = self.ensembles[-1]
+        new = list(ensemble)
+        bookies = await self.client.bookie_infos(max_age=0)
+        for i in idxs:
+            self.failed.add(new[i])
+        for i in idxs:
+            # chosen one after another against the ensemble as it becomes: never the same twice
+            new[i] = self.client.placement.replace_bookie(
+                new, md.write_quorum, md.ack_quorum, i, bookies, exclude=frozenset(self.failed | self.exclude))
+        log.info("recovery of ledger %d: from entry %d, %s replaced by %s", md.ledger_id, eid,
+                 [ensemble[i] for i in idxs], [new[i] for i in idxs])
+        if first == eid:
+            self.ensembles[-1] = (eid, new)
+        else:
+            self.ensembles.append((eid, new))
+
+    async def _prefix_length(self, start: int) -> int:
+        """Payload bytes of entries ``0..start-1`` (acknowledged before recovery began): read
+        them back, which also shows they are readable. On failure the recorded length stays."""
+        if start <= 0:
+            return 0
+        self.handle._lac = start - 1
+        total = 0
+        try:
+            async for entry in self.handle.iter_entries(0, start - 1, batch=_READ_MULTI_ENTRIES):
+                total += len(entry.payload)
+        except LedgerStoreError as exc:
+            log.warning("recovery of ledger %d: cannot read entries 0..%d to learn its length (%s); "
+                        "keeping the recorded length %d", self.md.ledger_id, start - 1, exc, self.md.length)
+            return self.md.length
+        return total
+
+    async def _close(self, last: int, length: int) -> LedgerMetadata:
+        """Close at ``last`` by CAS, with this recovery's fragments. A concurrent recoverer's close
+        stands; any other change to the metadata means starting again."""
+        mgr = self.client.ledgers
+        md = self.md
+        ensembles = self.ensembles
+        while True:
+            candidate = LedgerMetadata(**{**md.__dict__, "state": LedgerState.CLOSED, "last_entry_id": last,
+                                          "length": length, "ensembles": ensembles})
+            try:
+                md = await mgr.write(candidate)
+            except BadVersionError:
+                fresh = await mgr.read(md.ledger_id)
+                if fresh.is_closed:
+                    return fresh
+                if fresh.state is LedgerState.IN_RECOVERY and fresh.ensembles == self.md.ensembles:
+                    md = fresh  # rewritten with the same fragments (another recoverer's state CAS): retry
+                    continue
+                raise _MetadataMoved() from None
+            notify("ledgerstore_ledger_closed", ledger_id=md.ledger_id, last_entry_id=last, recovered=True)
+            return md

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from ledgerstore.api import NOT_EXISTS, MetadataStore
 from ledgerstore.errors import (
     BadVersionError,
+    InvalidMetadataError,
     LedgerExistsError,
     MetadataError,
     NoSuchKeyError,
@@ -154,6 +155,7 @@ class LedgerManager:
         return await self.store.next_id(layout.LEDGER_ID_COUNTER)
 
     async def create(self, md: LedgerMetadata) -> LedgerMetadata:
+        check_ensembles(md)
         try:
             md.version = await self.store.put(layout.ledger_path(md.ledger_id), md.to_bytes(), NOT_EXISTS)
         except BadVersionError:
@@ -173,6 +175,7 @@ class LedgerManager:
         """CAS ``md`` against ``md.version``; BadVersionError if it changed since it was read."""
         if md.version is None:
             raise ValueError("write() needs metadata read from the store (version unknown)")
+        check_ensembles(md)
         md.version = await self.store.put(layout.ledger_path(md.ledger_id), md.to_bytes(), md.version)
         return md
 
@@ -188,6 +191,27 @@ class LedgerManager:
             ids = [layout.parse_ledger_node(n) for n in await self.store.children(f"{layout.LEDGERS}/{bucket}")]
             for lid in sorted(i for i in ids if i is not None):
                 yield lid
+
+
+def check_ensembles(md: LedgerMetadata) -> None:
+    """Refuse metadata no path may write: a fragment naming one bookie twice (its entries would
+    have fewer copies than the write quorum says), a fragment of the wrong size, or fragments not
+    in strictly ascending order of their first entries. InvalidMetadataError names the fault."""
+    prev = -1
+    for first, bookies in md.ensembles:
+        if len(set(bookies)) != len(bookies):
+            dup = sorted({b for b in bookies if bookies.count(b) > 1})
+            raise InvalidMetadataError(
+                f"ledger {md.ledger_id}: the fragment starting at entry {first} names {', '.join(dup)} more than "
+                f"once ({bookies}); an ensemble must hold {md.ensemble_size} distinct bookies")
+        if len(bookies) != md.ensemble_size:
+            raise InvalidMetadataError(
+                f"ledger {md.ledger_id}: the fragment starting at entry {first} has {len(bookies)} bookies, "
+                f"the ledger's ensemble size is {md.ensemble_size}")
+        if first <= prev:
+            raise InvalidMetadataError(
+                f"ledger {md.ledger_id}: fragments must start at ascending entries, found {first} after {prev}")
+        prev = first
 
 
 def striping_ok(ensemble: Sequence[str], write_quorum: int, ack_quorum: int) -> bool:

@@ -1,16 +1,19 @@
 """Replication workers: take an under-replicated ledger's marker and move every fragment off its
 missing bookies.
 
-For each fragment whose ensemble holds a missing bookie, a worker chooses a replacement with the
-client's placement policy (writable, not in that fragment's ensemble), copies exactly the
-fragment's entries whose write set includes the missing bookie's index (read from a surviving
-replica, digest verified, written as-is with a recovery add), throttled, and then swaps the
-bookie in that fragment by compare-and-set on the ledger metadata (re-reading and redoing the
-swap on a version conflict). Fragments other than the last one of an open ledger are immutable
-and are copied at once. The last fragment of an open ledger is left to its writer (who replaces
-a failed bookie by an ensemble change) for the grace period; after that the worker writes the
-replacement into it, fences and closes the ledger by recovery, and copies it. That swap is
-recorded in the marker first, so a worker killed half-way leaves enough behind for the next one.
+For each closed fragment whose ensemble holds a missing bookie, a worker chooses a replacement
+with the client's placement policy (writable, not in that fragment's ensemble as it has become,
+so two missing bookies never get the same replacement), copies exactly the fragment's entries
+whose write set includes the missing bookie's index (read from a surviving replica, digest
+verified, written as-is with a recovery add), throttled, and then swaps the bookie in that
+fragment by compare-and-set on the ledger metadata (re-reading and redoing the swap on a version
+conflict).
+
+The last fragment of an open ledger is never swapped: it is left to its writer (who replaces a
+failed bookie by an ensemble change) for the grace period, and after that the worker recovers the
+ledger exactly as ``open_ledger(recovery=True)`` does: fence and read the ensemble the metadata
+names, replace bookies that fail the write-back in the recovery's memory, and commit them with
+the close. Then every fragment is closed and is re-replicated as above.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ledgerstore.client.ledger import recover
 from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.errors import (
     BadVersionError,
@@ -33,7 +37,7 @@ from ledgerstore.errors import (
     NotEnoughBookiesError,
     error_for_status,
 )
-from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
+from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import notify
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_RECOVERY_ADD, Status
@@ -41,7 +45,6 @@ from ledgerstore.proto.digest import DigestManager, master_key
 from ledgerstore.recovery.markers import (
     MARKERS,
     Marker,
-    PendingSwap,
     ReplicationError,
     UnderReplicationManager,
 )
@@ -199,10 +202,13 @@ class ReplicationWorker:
             except NoSuchLedgerError:
                 await self.markers.remove(m.ledger_id)
                 return True
-            for p in list(m.pending):
-                md = await self._finish_pending(md, p)
+            if m.pending:
+                # swaps recorded by earlier versions, which changed an open ledger's last fragment
+                # before recovering it; the recovery below works from the metadata as it is
+                log.warning("ledger %d: ignoring %d pending swaps recorded by an earlier version", m.ledger_id,
+                            len(m.pending))
                 async with lock:
-                    m.pending.remove(p)
+                    m.pending.clear()
                     await self.markers.update(m, self.worker_id, self.settings.lease_s)
             todo = await self._still_missing(set(m.missing)) & md.bookies()
             if not todo:
@@ -217,17 +223,19 @@ class ReplicationWorker:
                     m.missing, m.version, m.pending = fresh.missing, fresh.version, fresh.pending
                 continue  # an auditor added bookies meanwhile
             password = self._password(md)
-            open_last: tuple[int, list[int]] | None = None
+            open_last = False
             for fi, (first, last, ensemble) in enumerate(md.fragment_ranges()):
                 idxs = [i for i, b in enumerate(ensemble) if b in todo]
                 if not idxs:
                     continue
                 if fi == len(md.ensembles) - 1 and not md.is_closed:
-                    open_last = (first, idxs)
+                    open_last = True  # never swapped while open: recovered first (below)
                     continue
+                ensemble = list(ensemble)
                 for i in idxs:
-                    await self._replace(md, password, first, last, ensemble, i, todo)
-            if open_last is not None:
+                    # each replacement is chosen against the ensemble as it has become
+                    ensemble[i] = await self._replace(md, password, first, last, ensemble, i, todo)
+            if open_last:
                 until = m.since + self.settings.open_ledger_rereplication_grace_s
                 if time.time() < until:
                     # the writer may still replace the bookie itself by an ensemble change
@@ -235,14 +243,16 @@ class ReplicationWorker:
                     if set(fresh_md.current_ensemble) & todo and not fresh_md.is_closed:
                         raise _Deferred(until)
                     continue
-                await self._recover_open(m, lock, md, password, open_last[0], open_last[1], todo)
+                await self._recover_open(md, password, todo)
 
     async def _still_missing(self, missing: set[str]) -> set[str]:
-        """Missing bookies that really are: one that came back (and is not being decommissioned)
-        holds its data again and needs nothing."""
+        """Missing bookies that really are. A registered bookie (not being decommissioned) needs
+        nothing only if it is the same incarnation that went away: a bookie id registered again
+        after a format, or one the replicas check found lacking data, holds nothing of it."""
         registered = {b.bookie_id for b in await self.client.bookie_infos(max_age=0)}
         decommissioning = await self.markers.decommissioning()
-        return {b for b in missing if b not in registered or b in decommissioning}
+        return {b for b in missing
+                if b not in registered or b in decommissioning or not await self.markers.came_back(b)}
 
     @staticmethod
     def _password(md: LedgerMetadata) -> bytes:
@@ -262,8 +272,9 @@ class ReplicationWorker:
             raise ReplicationError(f"no replacement for {ensemble[index]} in ledger {md.ledger_id}: {exc}") from exc
 
     async def _replace(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
-                       index: int, missing: set[str]) -> None:
-        """Copy a closed fragment's share of ``ensemble[index]`` to a replacement, then swap it in."""
+                       index: int, missing: set[str]) -> str:
+        """Copy a closed fragment's share of ``ensemble[index]`` to a replacement, then swap it
+        in. Returns the replacement."""
         exclude = set(missing)
         for _ in range(3):
             target = await self._choose(md, ensemble, index, exclude)
@@ -275,13 +286,12 @@ class ReplicationWorker:
                 continue
             await self._swap(md.ledger_id, first, index, ensemble[index], target)
             self.stats["fragments"] += 1
-            return
+            return target
         raise ReplicationError(f"ledger {md.ledger_id}: every replacement tried for {ensemble[index]} failed")
 
-    async def _swap(self, ledger_id: int, first: int, index: int, old: str, new: str,
-                    state: LedgerState | None = None) -> LedgerMetadata | None:
-        """Put ``new`` in place of ``old`` in the fragment starting at ``first`` by CAS (and set
-        ``state`` if given). None when that fragment no longer holds ``old`` there."""
+    async def _swap(self, ledger_id: int, first: int, index: int, old: str, new: str) -> LedgerMetadata | None:
+        """Put ``new`` in place of ``old`` in the closed fragment starting at ``first`` by CAS.
+        None when that fragment no longer holds ``old`` there."""
         mgr = self.client.ledgers
         while True:
             md = await mgr.read(ledger_id)
@@ -293,10 +303,9 @@ class ReplicationWorker:
             ensembles = list(md.ensembles)
             ensembles[k] = (first, bookies)
             changes: dict[str, Any] = {"ensembles": ensembles}
-            if state is not None:
-                if md.state is LedgerState.CLOSED or k != len(md.ensembles) - 1:
-                    return None  # closed or given a new fragment meanwhile: the caller re-plans
-                changes["state"] = state
+            if not md.is_closed and k == len(md.ensembles) - 1:
+                raise ReplicationError(f"ledger {ledger_id}: refusing to swap a bookie in the last fragment "
+                                       "of an open ledger (it is recovered, not swapped)")
             try:
                 md = await mgr.write(LedgerMetadata(**{**md.__dict__, **changes}))
             except BadVersionError:
@@ -306,49 +315,16 @@ class ReplicationWorker:
                    old=md.ensembles[k][1][:index] + [old] + md.ensembles[k][1][index + 1:], new=bookies)
             return md
 
-    async def _recover_open(self, m: Marker, lock: asyncio.Lock, md: LedgerMetadata, password: bytes,
-                            first: int, idxs: list[int], missing: set[str]) -> None:
-        """Past the grace period: put replacements into the open ledger's last fragment (noted in
-        the marker first), fence and close it by recovery, then copy what the replacements lack."""
-        md = await self.client.ledgers.read(md.ledger_id)
-        if md.is_closed or md.ensembles[-1][0] != first:
-            return  # closed or moved on by its writer meanwhile: the caller re-plans
-        ensemble = list(md.ensembles[-1][1])
-        idxs = [i for i, b in enumerate(ensemble) if b in missing]
-        chosen: set[str] = set()
-        pending = []
-        for i in idxs:
-            target = await self._choose(md, ensemble, i, set(missing) | chosen)
-            chosen.add(target)
-            pending.append(PendingSwap(first, i, ensemble[i], target))
-        async with lock:
-            m.pending.extend(pending)
-            await self.markers.update(m, self.worker_id, self.settings.lease_s)
-        for p in pending:
-            # the first swap also moves the ledger to IN_RECOVERY so its writer stops changing it
-            await self._swap(md.ledger_id, p.first, p.index, p.old, p.new, state=LedgerState.IN_RECOVERY)
-        for p in pending:
-            fresh = await self.client.ledgers.read(md.ledger_id)
-            await self._finish_pending(fresh, p)
-            async with lock:
-                m.pending.remove(p)
-                await self.markers.update(m, self.worker_id, self.settings.lease_s)
-
-    async def _finish_pending(self, md: LedgerMetadata, p: PendingSwap) -> LedgerMetadata:
-        """Complete a recorded swap: recover (close) the ledger if still open, then copy the
-        fragment's share of the replaced index into the replacement."""
-        k = next((k for k, (f, _) in enumerate(md.ensembles) if f == p.first), None)
-        if k is None or md.ensembles[k][1][p.index] != p.new:
-            return md  # the swap never happened (or was undone): nothing recorded to finish
-        password = self._password(md)
-        if not md.is_closed:
-            from ledgerstore.client.ledger import recover
-
-            md = await recover(self.client, md, password)
-        first, last, ensemble = md.fragment_ranges()[k]
-        await self.copy(md, password, first, last, ensemble, p.index, p.new, {p.old}, extra_sources=[p.old])
-        self.stats["fragments"] += 1
-        return md
+    async def _recover_open(self, md: LedgerMetadata, password: bytes, missing: set[str]) -> None:
+        """Past the grace period: recover the open ledger exactly as ``open_ledger(recovery=True)``
+        does, fencing and reading its last fragment as the metadata names it (the missing bookie
+        included: it just does not answer). Bookies that fail the write-back are replaced in the
+        recovery's memory and committed with the close; the caller then re-replicates what are now
+        closed fragments."""
+        decommissioning = await self.markers.decommissioning()
+        log.info("ledger %d is open past its grace period with %s missing: recovering it", md.ledger_id,
+                 sorted(missing & set(md.current_ensemble)))
+        await recover(self.client, md, password, exclude=missing | decommissioning)
 
     # --- copying ----------------------------------------------------------------------------------
 
