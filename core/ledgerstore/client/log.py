@@ -1,10 +1,12 @@
 """Named logs built from ledgers (the seeds' "Ledgers to logs"): the leader's writer and readers.
 
 A log is an ordered list of ledgers in the metadata store (:mod:`ledgerstore.meta.logs`). A writer
-becomes the leader by fencing the last two ledgers, creating a ledger and appending it to the list
-by compare-and-set; only then does it accept writes. It rolls to a new ledger by creating it,
-CAS-appending it, and only then closing the previous one. Readers never fence: they read closed
-ledgers whole and the open one up to its last-add-confirmed.
+becomes the leader by recovering (fencing and closing) every ledger of the list that is not closed,
+creating a ledger and appending it to the list by compare-and-set; only then does it accept writes.
+It rolls to a new ledger by creating it, CAS-appending it, and only then closing the previous one;
+it never appends another ledger before that close succeeded, so only the newest two ledgers of a
+log it writes can be open. Readers never fence: they read closed ledgers whole and the open one up
+to its last-add-confirmed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ log = logging.getLogger(__name__)
 OPEN_ATTEMPTS = 5
 #: after a failed attempt to create the next ledger, wait this long before trying to roll again
 _ROLL_RETRY_S = 1.0
+#: waits between attempts to close a ledger the writer rolled away from (or is closing): about 6 s
+#: in all; after the last one the writer fails rather than add a ledger behind an open one
+CLOSE_RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+#: ledgers whose metadata a new leader reads at once while looking for ones to recover
+_RECOVERY_SCAN_BATCH = 32
+#: how long a reader waits at an OPEN ledger that later ledgers follow before it reports it (a
+#: roll closes the previous ledger within the writer's close retries; longer means its writer died)
+OPEN_LEDGER_GRACE_S = 30.0
 
 StartAt = Position | tuple[int, int] | str | Literal["earliest", "latest"]
 
@@ -260,6 +270,8 @@ class LogWriter:
             # the previous roll's ledger must be closed before another joins the list, so at most
             # two ledgers of the log (the newest two) are ever open at once
             await asyncio.wait(list(self._closers))
+        if self._error is not None or self._closed:
+            return  # e.g. that close failed for good: no ledger may follow an open one
         old = self._seg
         s = self._settings
         try:
@@ -270,6 +282,9 @@ class LogWriter:
             self._roll_failure = exc
             log.warning("log %s: cannot create the next ledger (%s); staying on ledger %d", self.name, exc,
                         old.ledger_id)
+            return
+        if self._error is not None or self._closed:
+            await self._discard(new_lh)  # failed or closed while creating it: it was never listed
             return
         try:
             appended = await self._append_to_list(new_lh)
@@ -320,11 +335,33 @@ class LogWriter:
 
     async def _close_sealed(self, seg: _Segment) -> None:
         try:
-            await seg.lh.close()  # waits for its in-flight adds to be acknowledged or fail
+            await self._close_ledger(seg.lh)  # waits for its in-flight adds to be acknowledged or fail
         except LedgerStoreError as exc:
             self._fail(exc)
             if seg.error is None:
                 seg.error = exc
+
+    async def _close_ledger(self, lh: LedgerHandle) -> None:
+        """Close ``lh`` in metadata, retrying a failed write with backoff. A ledger left open
+        behind a later one would end every reader there and stay open after the next leader's
+        takeover, so when the retries run out this raises a :class:`LogError` that stops the
+        writer. A fenced ledger is not retried: another writer took the log over."""
+        for delay in (*CLOSE_RETRY_DELAYS_S, None):
+            try:
+                await lh.close()
+                return
+            except LedgerFencedError:
+                raise
+            except LedgerStoreError as exc:
+                if delay is None:
+                    raise LogError(
+                        f"log {self.name!r}: ledger {lh.ledger_id} could not be closed after "
+                        f"{len(CLOSE_RETRY_DELAYS_S) + 1} attempts (last error: {exc}); this writer stopped "
+                        "so that no ledger follows an open one in the log. Open the log again "
+                        "(client.open_log) to recover it and write on") from exc
+                log.warning("log %s: closing ledger %d failed (%s); retrying in %.2f s", self.name,
+                            lh.ledger_id, exc, delay)
+                await asyncio.sleep(delay)
 
     async def _discard(self, lh: LedgerHandle) -> None:
         try:
@@ -349,15 +386,15 @@ class LogWriter:
         self._closed = True
         if self._roll_task is not None:
             await asyncio.shield(self._roll_task)
+        if self._closers:  # in log order: the ledger rolled away from first
+            await asyncio.gather(*self._closers)
         seg = self._seg
         seg.sealed = True
         try:
-            await seg.lh.close()
+            await self._close_ledger(seg.lh)
         except LedgerFencedError:
             if self._error is None:
                 raise
-        if self._closers:
-            await asyncio.gather(*self._closers)
 
     async def __aenter__(self) -> LogWriter:
         return self
@@ -368,9 +405,10 @@ class LogWriter:
 
 async def open_log_writer(client: Client, name: str, settings: LedgerSettings, *, roll_size_bytes: int | None,
                           roll_interval_s: float | None, create: bool) -> LogWriter:
-    """Become the log's leader (the seeds' "Opening a log"): read the list, fence its last two
-    ledgers, create a ledger, CAS-append it. A lost CAS deletes the new ledger and starts over, at
-    most :data:`OPEN_ATTEMPTS` times."""
+    """Become the log's leader (the seeds' "Opening a log"): read the list, recover every ledger
+    of it that is not closed (the last two, and any older one a failed writer left open), create a
+    ledger, CAS-append it. A lost CAS deletes the new ledger and starts over, at most
+    :data:`OPEN_ATTEMPTS` times."""
     validate_log_name(name)
     if roll_size_bytes is not None and roll_size_bytes <= 0:
         raise InvalidArgumentError(f"roll_size_bytes must be positive, got {roll_size_bytes}")
@@ -383,7 +421,7 @@ async def open_log_writer(client: Client, name: str, settings: LedgerSettings, *
         md = await logs.get_or_create(name) if create else await logs.read(name)
         if md is None:
             raise LogError(f"log {name!r} does not exist; pass create=True to create it")
-        if not await _fence_tail(client, logs, md, settings.password):
+        if not await _recover_ledgers(client, logs, md, settings.password, await _unclosed(client, md)):
             continue
         lh = await client.create_ledger(settings.ensemble, settings.write_quorum, settings.ack_quorum,
                                         settings.digest, settings.password)
@@ -401,9 +439,38 @@ async def open_log_writer(client: Client, name: str, settings: LedgerSettings, *
         "times in a row (another writer is opening or rolling it); make sure only one process leads the log")
 
 
+async def _unclosed(client: Client, md: LogMetadata) -> list[int]:
+    """The log's ledgers that must be recovered before a new leader writes: the last two always
+    (their writer may still be adding), and every older one whose metadata is not CLOSED. A writer
+    never rolls past a ledger it failed to close, but a writer of an older release did, and a
+    reader stops at such a ledger until someone closes it (DistributedLog likewise recovers every
+    in-progress segment of a log, not only the last)."""
+    ids = md.ledger_ids
+    tail = ids[-2:]
+    older = ids[:-2]
+    found: list[int] = []
+    for i in range(0, len(older), _RECOVERY_SCAN_BATCH):
+        chunk = older[i:i + _RECOVERY_SCAN_BATCH]
+        got = await asyncio.gather(*(client.ledger_metadata(lid) for lid in chunk), return_exceptions=True)
+        for lid, lmd in zip(chunk, got, strict=True):
+            if isinstance(lmd, NoSuchLedgerError):
+                found.append(lid)  # _recover_ledgers tells a damaged list from a changed one
+            elif isinstance(lmd, BaseException):
+                raise lmd
+            elif not lmd.is_closed:
+                found.append(lid)
+    return [*found, *tail]
+
+
 async def _fence_tail(client: Client, logs: LogManager, md: LogMetadata, password: bytes) -> bool:
     """Fence (recover and close) the last two ledgers. False if the list changed meanwhile."""
-    for lid in md.ledger_ids[-2:]:
+    return await _recover_ledgers(client, logs, md, password, md.ledger_ids[-2:])
+
+
+async def _recover_ledgers(client: Client, logs: LogManager, md: LogMetadata, password: bytes,
+                           ids: list[int]) -> bool:
+    """Recover and close ``ids`` (ledgers of ``md``) in log order. False if the list changed meanwhile."""
+    for lid in ids:
         try:
             await client.open_ledger(lid, password, recovery=True)
         except NoSuchLedgerError:
@@ -500,6 +567,11 @@ class LogReader:
     to ``n`` entries (an empty list when nothing more is available yet). The open ledger is read up
     to its last-add-confirmed: its newest entry becomes visible once the writer adds another entry,
     rolls or closes.
+
+    A ledger that is still OPEN although later ledgers follow it (a roll closing it, or a writer
+    that stopped before it could) is never skipped: iteration waits there until it is closed, and
+    one that does not follow the log raises :class:`~ledgerstore.errors.LogError` after
+    :attr:`open_ledger_grace_s` instead of ending short of the rest of the log.
     """
 
     def __init__(self, client: Client, name: str, password: bytes, md: LogMetadata, index: int, next_entry: int,
@@ -516,6 +588,10 @@ class LogReader:
         self.follow = follow
         self.poll_interval_s = poll_interval_s
         self.batch_size = batch_size
+        #: how long iteration without ``follow`` waits at an OPEN ledger that later ledgers follow
+        self.open_ledger_grace_s = OPEN_LEDGER_GRACE_S
+        #: (position, since when, warned) while stopped at such a ledger
+        self._blocked: tuple[Position, float, bool] | None = None
 
     @property
     def position(self) -> Position | None:
@@ -525,6 +601,12 @@ class LogReader:
         if self._idx < len(self._md.segments):
             return Position(self._md.segments[self._idx].ledger_id, self._next)
         return None
+
+    @property
+    def blocked_at(self) -> Position | None:
+        """Where this reader waits at an OPEN ledger that later ledgers follow (None otherwise):
+        its writer is closing it, or failed to and the next leader will recover it."""
+        return None if self._blocked is None else self._blocked[0]
 
     async def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` next entries in log order; ``[]`` if none is available right now."""
@@ -581,12 +663,14 @@ class LogReader:
                 lid = rh.ledger_id
                 self._buf.extend((Position(lid, e.entry_id), e.payload) for e in entries)
                 self._next = last + 1
+                self._blocked = None
                 return
             if rh.is_closed:
                 if self._idx + 1 < len(self._md.segments):
                     self._idx += 1
                     self._next = 0
                     self._rh = None
+                    self._blocked = None
                     continue
                 if refreshed:
                     return
@@ -603,7 +687,48 @@ class LogReader:
                 fresh = await self._handle()
                 if fresh.is_closed or fresh.last_add_confirmed >= self._next:
                     continue
+                self._note_blocked(Position(fresh.ledger_id, self._next))
             return
+
+    def _note_blocked(self, pos: Position) -> None:
+        now = time.monotonic()
+        if self._blocked is None or self._blocked[0] != pos:
+            self._blocked = (pos, now, False)
+        elif not self._blocked[2] and now - self._blocked[1] >= self.open_ledger_grace_s:
+            self._blocked = (pos, self._blocked[1], True)
+            log.warning("log %s: reader waits at %s: ledger %d is still OPEN although later ledgers follow it; "
+                        "open the log as a writer to recover it", self.name, pos, pos.ledger_id)
+
+    async def _await_more(self, follow: bool) -> bool:
+        """Fill the buffer, waiting as needed. False once a reader that does not follow has read
+        everything that is in the log now, which is never at an OPEN ledger that later ledgers
+        follow: there it waits for the close and after the grace period raises LogError."""
+        while not self._buf:
+            await self._fetch(self.batch_size)
+            if self._buf:
+                break
+            if follow:
+                await self.wait()
+                continue
+            if self._blocked is None:
+                return False
+            pos, since, _ = self._blocked
+            remaining = since + self.open_ledger_grace_s - time.monotonic()
+            if remaining <= 0:
+                raise LogError(
+                    f"log {self.name!r}: ledger {pos.ledger_id} is still OPEN after {self.open_ledger_grace_s:g} s "
+                    "although later ledgers follow it: its writer rolled past it without closing it, or stopped "
+                    f"during a roll. This reader stays at {pos} rather than skip the rest of that ledger; open "
+                    "the log as a writer (client.open_log) to recover it, then read on")
+            await self.wait(remaining)
+        return True
+
+    async def _next_batch(self, follow: bool) -> list[tuple[Position, bytes]] | None:
+        """The next entries (up to ``batch_size``), waiting as :meth:`_await_more` does; None at the end."""
+        if not await self._await_more(follow):
+            return None
+        n = min(self.batch_size, len(self._buf))
+        return [self._buf.popleft() for _ in range(n)]
 
     async def _read(self, rh: ReadHandle, first: int, last: int) -> list[Entry]:
         try:
@@ -654,15 +779,8 @@ class LogReader:
         return self._iterate(True)
 
     async def _iterate(self, follow: bool) -> AsyncIterator[tuple[Position, bytes]]:
-        while True:
-            if not self._buf:
-                await self._fetch(self.batch_size)
-            if self._buf:
-                yield self._buf.popleft()
-                continue
-            if not follow:
-                return
-            await self.wait()
+        while await self._await_more(follow):
+            yield self._buf.popleft()
 
     async def close(self) -> None:
         """Release the reader (nothing is held on the bookies)."""

@@ -99,6 +99,11 @@ class LogReader:
         """Position of the next entry this reader returns."""
         return self._r.position
 
+    @property
+    def blocked_at(self) -> Position | None:
+        """Where this reader waits at an OPEN ledger that later ledgers follow (None otherwise)."""
+        return self._r.blocked_at
+
     def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` next entries; ``[]`` if none is available right now."""
         return self._owner._run(self._r.read_batch(max_entries))
@@ -117,18 +122,15 @@ class LogReader:
     def _iterate(self, follow: bool) -> Iterator[tuple[Position, bytes]]:
         # one batch per loop-thread round trip: per-entry round trips would dominate
         while True:
-            batch = self.read_batch(self._r.batch_size)
-            if batch:
-                for i, item in enumerate(batch):
-                    try:
-                        yield item
-                    except GeneratorExit:  # a caller that stops mid-batch keeps the rest for later
-                        self._r._unread(batch[i + 1:])
-                        raise
-                continue
-            if not follow:
+            batch = self._owner._run(self._r._next_batch(follow))
+            if batch is None:
                 return
-            self.wait()
+            for i, item in enumerate(batch):
+                try:
+                    yield item
+                except GeneratorExit:  # a caller that stops mid-batch keeps the rest for later
+                    self._r._unread(batch[i + 1:])
+                    raise
 
     def close(self) -> None:
         self._owner._run(self._r.close())
