@@ -948,7 +948,7 @@ class _LedgerRecovery:
         ws = md.write_set(eid)
         acked: set[int] = set()
         while True:
-            ensemble = self.ensembles[-1][1]
+            ensemble = self.ensembles[self._fragment_of(eid)][1]
             targets = [i for i in ws if i not in acked]
             futs = [client.pool.get(ensemble[i]).request(
                 lambda rid: codec.encode_add(rid, md.ledger_id, eid, key, data, FLAG_RECOVERY_ADD), timeout)
@@ -977,11 +977,16 @@ class _LedgerRecovery:
                     f"recovery of ledger {md.ledger_id}: entry {eid} re-replicated to {len(acked)} bookies, fewer "
                     f"than the ack quorum {md.ack_quorum} ({'; '.join(reasons)}), and no replacement: {exc}") from exc
 
+    def _fragment_of(self, eid: int) -> int:
+        """Index in :attr:`ensembles` of the fragment holding ``eid``."""
+        return max(k for k, (first, _) in enumerate(self.ensembles) if first <= eid or k == 0)
+
     async def _replace(self, eid: int, idxs: list[int]) -> None:
-        """Replace the bookies at ``idxs`` from entry ``eid`` on: in place when the last fragment
+        """Replace the bookies at ``idxs`` from entry ``eid`` on: in place when the fragment
         starts at ``eid`` (nothing of it was written before), else as a new fragment."""
         md = self.md
-        first, ensemble = self.ensembles[-1]
+        k = self._fragment_of(eid)
+        first, ensemble = self.ensembles[k]
         new = list(ensemble)
         bookies = await self.client.bookie_infos(max_age=0)
         for i in idxs:
@@ -993,9 +998,9 @@ class _LedgerRecovery:
         log.info("recovery of ledger %d: from entry %d, %s replaced by %s", md.ledger_id, eid,
                  [ensemble[i] for i in idxs], [new[i] for i in idxs])
         if first == eid:
-            self.ensembles[-1] = (eid, new)
+            self.ensembles[k] = (eid, new)
         else:
-            self.ensembles.append((eid, new))
+            self.ensembles.insert(k + 1, (eid, new))
 
     async def _prefix_length(self, start: int) -> int:
         """Payload bytes of entries ``0..start-1`` (acknowledged before recovery began): read
