@@ -21,6 +21,11 @@ from ledgerstore.errors import ConfigError
 
 T = TypeVar("T")
 
+#: bounds of ``max_frame_size``: a frame must hold any request's header and a small entry, and
+#: its length must fit the 4-byte length prefix with room to spare
+MIN_FRAME_SIZE = 4096
+MAX_FRAME_SIZE = 1 << 30
+
 
 @dataclasses.dataclass
 class JournalConfig:
@@ -100,11 +105,24 @@ class BookieConfig:
     storage: str = "entrylog"
     #: checkpoint interval: flush the storage engine and advance the journal mark (flushInterval)
     flush_interval_ms: int = 60_000
-    #: largest wire frame accepted, in bytes; larger ones are refused before allocation
+    #: largest wire frame accepted, in bytes (4 KiB to 1 GiB); larger ones are refused before
+    #: allocation. It also bounds what one connection buffers of an unfinished frame
     max_frame_size: int = 5 * 1024 * 1024
+    #: bytes of unfinished frames buffered across all connections (at least max_frame_size); past
+    #: it the connection stalled longest on its unfinished frame is closed
+    max_unfinished_frame_bytes: int = 256 * 1024 * 1024
+    #: a connection whose unfinished frame is older than this many seconds is closed
+    unfinished_frame_timeout_s: float = 30.0
     #: adds one connection may have waiting for the journal; more are answered TOO_MANY_REQUESTS
     #: (clients back off and resend), so one writer cannot make the bookie queue without bound
     max_adds_in_flight_per_connection: int = 200_000
+    #: long-poll LAC requests waiting on this bookie at once; more are answered TOO_MANY_REQUESTS
+    max_long_poll_waiters: int = 50_000
+    #: long-poll LAC requests one connection may have waiting; more are answered TOO_MANY_REQUESTS
+    max_long_poll_waiters_per_connection: int = 5_000
+    #: adds and fences of ledgers new to this bookie waiting for the metadata look-up that allows
+    #: their first master key; more are answered TOO_MANY_REQUESTS
+    max_requests_awaiting_metadata: int = 10_000
     #: placement facts published in the registration
     rack: str = "/default-rack"
     #: region published in the registration (region-aware placement)
@@ -158,7 +176,20 @@ class BookieConfig:
             problems.append("'journal.max_group_bytes' must be positive")
         if self.flush_interval_ms <= 0:
             problems.append("'flush_interval_ms' must be positive")
+        if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
+            problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "
+                            f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024})")
+        elif self.max_unfinished_frame_bytes < self.max_frame_size:
+            problems.append(f"'max_unfinished_frame_bytes' = {self.max_unfinished_frame_bytes} must be at least "
+                            f"'max_frame_size' ({self.max_frame_size}), or no frame of the largest size could arrive")
+        if self.unfinished_frame_timeout_s <= 0:
+            problems.append("'unfinished_frame_timeout_s' must be positive")
+        for name in ("max_adds_in_flight_per_connection", "max_long_poll_waiters",
+                     "max_long_poll_waiters_per_connection", "max_requests_awaiting_metadata"):
+            if getattr(self, name) < 1:
+                problems.append(f"'{name}' must be at least 1")
         problems.extend(self.autorecovery.validate())
+        problems.extend(self.http.validate())
         return problems
 
 
@@ -212,6 +243,9 @@ class ClientConfig:
 
         if self.digest not in DIGEST_TYPES:
             problems.append(f"'digest' = {self.digest!r}; choose one of {', '.join(DIGEST_TYPES)}")
+        if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
+            problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "
+                            f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024}; match the bookies')")
         return problems
 
 
@@ -371,6 +405,9 @@ def _relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             out[key] = str(base / out[key])
     if isinstance(out.get("ledger_dirs"), list):
         out["ledger_dirs"] = [d if not isinstance(d, str) or os.path.isabs(d) else str(base / d) for d in out["ledger_dirs"]]
+    if isinstance(out.get("http"), dict):  # the admin HTTP token and TLS files
+        out["http"] = {k: str(base / v) if k.endswith("_file") and isinstance(v, str) and v and not os.path.isabs(v)
+                       else v for k, v in out["http"].items()}
     md = out.get("metadata")
     if isinstance(md, str) and md.startswith("sqlite://") and not md.startswith("sqlite:///"):
         out["metadata"] = "sqlite://" + str(base / md[len("sqlite://") :])

@@ -377,6 +377,8 @@ class RocksDBStorage(StorageEngine):
             db = self._require_db()
         if ledger_id not in self._ledgers:
             raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+        if not 0 <= entry_id <= MAX_ENTRY_ID:  # no such entry can be stored; refuse before building a key
+            raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id}: entry ids are in [0, 2**64)")
         key = entry_key(ledger_id, entry_id)
         try:
             value = db.get(key)

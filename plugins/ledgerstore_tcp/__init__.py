@@ -7,6 +7,14 @@ announces a larger frame is disconnected (and counted), other peers are unaffect
 Frames queued in one event-loop iteration leave in one ``write`` call; a peer that reads slower
 than the bookie answers makes the bookie stop reading that peer's requests (the socket's write
 buffer above ``high_water``) rather than buffer without bound.
+
+Unfinished frames are bounded too. A connection buffers at most one unfinished frame, and only the
+bytes that arrived (never the announced length), so at most ``max_frame_size`` + 4 bytes. Across
+all connections the server keeps at most ``max_unfinished_frame_bytes``: past it, the connection
+whose unfinished frame is the oldest is closed (``shed_unfinished_frames``), so peers that stall
+on half a frame are shed before a writer whose frames are merely arriving. A connection whose
+unfinished frame is older than ``unfinished_frame_timeout_s`` is closed
+(``unfinished_frame_timeouts``). Both are counted in ``Server.stats()`` and logged.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import asyncio
 import logging
 import socket
 import struct
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +35,9 @@ __all__ = ["TcpTransport", "FrameDecoder"]
 log = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
 DEFAULT_HIGH_WATER = 8 * 1024 * 1024
+#: defaults of the unfinished-frame bounds (the bookie passes its configured values)
+DEFAULT_MAX_UNFINISHED_FRAME_BYTES = 256 * 1024 * 1024
+DEFAULT_UNFINISHED_FRAME_TIMEOUT_S = 30.0
 
 
 class FrameDecoder:
@@ -62,6 +74,10 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    def clear(self) -> None:
+        """Forget the unfinished frame (the connection is being closed)."""
+        self._buf = bytearray()
 
 
 def _encode(frame: bytes, limit: int) -> bytes:
@@ -206,13 +222,18 @@ class _ServerConn(asyncio.Protocol):
         self.server.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
+        decoder = self.decoder
+        before = len(decoder._buf)
         try:
-            frames = self.decoder.feed(data)
+            frames = decoder.feed(data)
         except FrameTooLargeError as exc:
             self.server.counters["oversized_frames"] += 1
             log.warning("peer %s: %s; disconnecting it", self.peer, exc)
             self.close()
             return
+        after = len(decoder._buf)
+        if before or after:  # frames that arrive whole (the usual case) cost nothing here
+            self.server.unfinished_changed(self, after - before, after == 0, before == 0 or bool(frames))
         if frames:
             try:
                 self.server.handler.frames_received(self, frames)
@@ -244,11 +265,18 @@ class _ServerConn(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def drop_unfinished(self) -> int:
+        """Forget this connection's unfinished frame; returns its size."""
+        n = self.decoder.buffered
+        self.decoder.clear()
+        return n
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lost:
             return
         self._lost = True
         self.server.conns.discard(self)
+        self.server.forget_unfinished(self)
         try:
             self.server.handler.connection_lost(self)
         except Exception:
@@ -257,16 +285,87 @@ class _ServerConn(asyncio.Protocol):
 
 class TcpServer(Server):
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: FrameHandler, max_frame_size: int,
-                 high_water: int, scheme: str) -> None:
+                 high_water: int, scheme: str, max_unfinished_frame_bytes: int = DEFAULT_MAX_UNFINISHED_FRAME_BYTES,
+                 unfinished_frame_timeout_s: float = DEFAULT_UNFINISHED_FRAME_TIMEOUT_S) -> None:
         self.loop = loop
         self.handler = handler
         self.max_frame_size = max_frame_size
         self.high_water = high_water
         self.scheme = scheme
         self.conns: set[_ServerConn] = set()
-        self.counters = {"oversized_frames": 0, "handler_errors": 0, "paused_slow_readers": 0}
+        self.counters = {"oversized_frames": 0, "handler_errors": 0, "paused_slow_readers": 0,
+                         "shed_unfinished_frames": 0, "unfinished_frame_timeouts": 0}
         self._server: asyncio.AbstractServer | None = None
         self._address = ""
+        self.max_unfinished_frame_bytes = max_unfinished_frame_bytes
+        self.unfinished_frame_timeout_s = unfinished_frame_timeout_s
+        #: bytes of unfinished frames buffered across all connections
+        self.unfinished_bytes = 0
+        #: connections holding an unfinished frame → when that frame began, oldest first
+        self._unfinished: OrderedDict[_ServerConn, float] = OrderedDict()
+        self._sweep: asyncio.TimerHandle | None = None
+
+    # --- unfinished frames ------------------------------------------------------------------------
+
+    def unfinished_changed(self, conn: _ServerConn, delta: int, done: bool, new_frame: bool) -> None:
+        """``conn``'s unfinished frame grew by ``delta`` bytes (negative: frames completed); ``done``
+        when it holds none now, ``new_frame`` when what it holds is a frame begun in this read."""
+        self.unfinished_bytes += delta
+        pending = self._unfinished
+        if done:
+            pending.pop(conn, None)
+            return
+        if new_frame or conn not in pending:
+            pending[conn] = self.loop.time()
+            pending.move_to_end(conn)
+            if self._sweep is None:
+                self._schedule_sweep()
+        if self.unfinished_bytes > self.max_unfinished_frame_bytes:
+            self._shed()
+
+    def forget_unfinished(self, conn: _ServerConn) -> None:
+        if self._unfinished.pop(conn, None) is not None:
+            self.unfinished_bytes -= conn.drop_unfinished()
+
+    def _close_unfinished(self, conn: _ServerConn) -> int:
+        del self._unfinished[conn]
+        n = conn.drop_unfinished()
+        self.unfinished_bytes -= n
+        conn.close()
+        return n
+
+    def _shed(self) -> None:
+        """Close the connections stalled longest on an unfinished frame until the bound holds."""
+        now = self.loop.time()
+        while self.unfinished_bytes > self.max_unfinished_frame_bytes and self._unfinished:
+            conn, since = next(iter(self._unfinished.items()))
+            n = self._close_unfinished(conn)
+            shed = self.counters["shed_unfinished_frames"] = self.counters["shed_unfinished_frames"] + 1
+            if shed % 100 == 1:
+                log.warning("closed peer %s holding %d bytes of a frame begun %.1fs ago: unfinished frames across "
+                            "connections passed max_unfinished_frame_bytes (%d); %d connections shed so far",
+                            conn.peer, n, now - since, self.max_unfinished_frame_bytes, shed)
+
+    def _schedule_sweep(self) -> None:
+        self._sweep = self.loop.call_later(min(1.0, self.unfinished_frame_timeout_s / 4), self._expire_unfinished)
+
+    def _expire_unfinished(self) -> None:
+        """Close connections whose unfinished frame is older than the timeout (the oldest first)."""
+        self._sweep = None
+        deadline = self.loop.time() - self.unfinished_frame_timeout_s
+        pending = self._unfinished
+        while pending:
+            conn, since = next(iter(pending.items()))
+            if since > deadline:
+                break
+            n = self._close_unfinished(conn)
+            expired = self.counters["unfinished_frame_timeouts"] = self.counters["unfinished_frame_timeouts"] + 1
+            if expired % 100 == 1:
+                log.warning("closed peer %s: it held %d bytes of an unfinished frame for more than %.1fs "
+                            "(unfinished_frame_timeout_s); %d such connections so far",
+                            conn.peer, n, self.unfinished_frame_timeout_s, expired)
+        if pending and self._server is not None:
+            self._schedule_sweep()
 
     @property
     def address(self) -> str:
@@ -276,18 +375,23 @@ class TcpServer(Server):
         if self._server is None:
             return
         srv, self._server = self._server, None
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         srv.close()
         for c in list(self.conns):
             c.close()
         await srv.wait_closed()
 
     def stats(self) -> dict[str, int]:
-        return dict(self.counters, connections=len(self.conns))
+        return dict(self.counters, connections=len(self.conns), unfinished_frame_bytes=self.unfinished_bytes,
+                    unfinished_frames=len(self._unfinished))
 
 
 class TcpTransport(Transport):
     """Plain TCP. Options: ``high_water`` (bytes of unsent answers per peer before the bookie
-    stops reading that peer), ``connect_timeout`` (seconds)."""
+    stops reading that peer), ``connect_timeout`` (seconds), and on the server side
+    ``max_unfinished_frame_bytes`` and ``unfinished_frame_timeout_s`` (see the module docstring)."""
 
     schemes = ("tcp",)
 
@@ -295,6 +399,10 @@ class TcpTransport(Transport):
         super().__init__(max_frame_size=max_frame_size, **options)
         self.high_water = int(options.get("high_water", DEFAULT_HIGH_WATER))
         self.connect_timeout = float(options.get("connect_timeout", 5.0))
+        self.max_unfinished_frame_bytes = int(options.get("max_unfinished_frame_bytes",
+                                                          DEFAULT_MAX_UNFINISHED_FRAME_BYTES))
+        self.unfinished_frame_timeout_s = float(options.get("unfinished_frame_timeout_s",
+                                                            DEFAULT_UNFINISHED_FRAME_TIMEOUT_S))
 
     def _ssl_server(self) -> Any:
         return None
@@ -329,7 +437,8 @@ class TcpTransport(Transport):
     async def serve(self, address: str, handler: FrameHandler) -> Server:
         scheme, host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        server = TcpServer(loop, handler, self.max_frame_size, self.high_water, scheme)
+        server = TcpServer(loop, handler, self.max_frame_size, self.high_water, scheme,
+                           self.max_unfinished_frame_bytes, self.unfinished_frame_timeout_s)
         server._server = await loop.create_server(
             lambda: _ServerConn(server), host, port, reuse_address=True, ssl=self._ssl_server(), backlog=1024
         )

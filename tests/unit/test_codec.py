@@ -15,20 +15,21 @@ from ledgerstore.proto.codec import Op, Status
 u64 = st.integers(0, 2**64 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 eid = st.integers(0, 2**63 - 1)
+lid = eid  # ledger ids are Java longs too: 0..2**63-1 on the wire
 key = st.binary(max_size=64)
 
 requests = st.one_of(
-    st.builds(codec.AddRequest, u64, u64, eid, key, st.binary(max_size=2000), st.sampled_from([0, codec.FLAG_RECOVERY_ADD])),
-    st.builds(codec.ReadRequest, u64, u64, i64, key, st.sampled_from([0, codec.FLAG_FENCE])),
-    st.builds(codec.ReadLacRequest, u64, u64, key, st.sampled_from([0, codec.FLAG_FENCE])),
-    st.builds(codec.LongPollLacRequest, u64, u64, i64, st.integers(0, 2**32 - 1)),
+    st.builds(codec.AddRequest, u64, lid, eid, key, st.binary(max_size=2000), st.sampled_from([0, codec.FLAG_RECOVERY_ADD])),
+    st.builds(codec.ReadRequest, u64, lid, eid, key, st.sampled_from([0, codec.FLAG_FENCE])),
+    st.builds(codec.ReadLacRequest, u64, lid, key, st.sampled_from([0, codec.FLAG_FENCE])),
+    st.builds(codec.LongPollLacRequest, u64, lid, st.integers(-1, 2**63 - 1), st.integers(0, 2**32 - 1)),
     st.builds(codec.BookieInfoRequest, u64),
-    st.builds(codec.AddBatchRequest, u64, u64, key,
+    st.builds(codec.AddBatchRequest, u64, lid, key,
               st.lists(st.tuples(eid, st.binary(max_size=300)), max_size=20).map(tuple),
               st.sampled_from([0, codec.FLAG_RECOVERY_ADD])).map(
         # a decoded batch also carries its entry section as received (what a bookie journals)
         lambda r: r._replace(raw_entries=b"".join(struct.pack(">QI", e, len(d)) + d for e, d in r.entries))),
-    st.builds(codec.ReadMultiRequest, u64, u64, st.lists(i64, max_size=50).map(tuple)),
+    st.builds(codec.ReadMultiRequest, u64, lid, st.lists(eid, max_size=50).map(tuple)),
 )
 statuses = st.sampled_from(list(Status))
 responses = st.one_of(
@@ -65,7 +66,7 @@ def test_truncated_requests_are_refused(req: codec.Request, data: st.DataObject)
         codec.decode_request(frame[:cut])
 
 
-@given(st.builds(codec.AddRequest, u64, u64, eid, st.binary(min_size=1, max_size=64), st.binary(max_size=100), st.just(0)), st.data())
+@given(st.builds(codec.AddRequest, u64, lid, eid, st.binary(min_size=1, max_size=64), st.binary(max_size=100), st.just(0)), st.data())
 def test_truncated_add_header_or_key_is_refused(req: codec.AddRequest, data: st.DataObject) -> None:
     frame = codec.encode_request(req)
     cut = data.draw(st.integers(0, codec.HEADER_SIZE + 18 + len(req.master_key) - 1))
@@ -92,7 +93,7 @@ def test_random_bytes_never_crash_the_decoder(frame: bytes) -> None:
         pass
 
 
-@given(st.integers(8, 255))
+@given(st.integers(max(Op) + 1, 255))
 def test_unknown_opcode_is_refused(op: int) -> None:
     frame = codec.HEADER.pack(codec.PROTOCOL_VERSION, op, 0, 7)
     with pytest.raises(ProtocolError, match="unknown opcode"):
@@ -144,3 +145,70 @@ def test_signed_batch_items_make_the_same_frame_as_encode_add_batch(dtype: str, 
     assert frame == codec.encode_add_batch(77, 9, b"key", signed)
     req = codec.decode_request(frame)
     assert isinstance(req, codec.AddBatchRequest) and [dm.verify(d, e).payload for e, d in req.entries] == payloads
+
+
+# --- range checks: every field out of range is refused (BAD_REQUEST on the bookie) ---------------
+
+too_big_id = st.integers(2**63, 2**64 - 1)
+below_minus_one = st.integers(-(2**63), -2)
+
+
+def _refused(frame: bytes, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        codec.decode_request(frame)
+
+
+@given(too_big_id)
+def test_a_ledger_id_past_2_63_is_refused_by_every_request(ledger_id: int) -> None:
+    for frame in (codec.encode_add(1, ledger_id, 0, b"k", b"x"),
+                  codec.encode_read(1, ledger_id, 0),
+                  codec.encode_read_lac(1, ledger_id, b"k", codec.FLAG_FENCE),
+                  codec.encode_long_poll_lac(1, ledger_id, -1, 10),
+                  codec.encode_add_batch(1, ledger_id, b"k", [(0, b"x")]),
+                  codec.encode_read_multi(1, ledger_id, [0])):
+        _refused(frame, "ledger id")
+
+
+@given(st.integers(-(2**63), -1), st.sampled_from([0, codec.FLAG_FENCE]))
+def test_a_read_of_a_negative_entry_is_refused(entry_id: int, flags: int) -> None:
+    _refused(codec.encode_read(1, 5, entry_id, b"k", flags), "entry id")
+    _refused(codec.encode_read_multi(1, 5, [0, entry_id, 1]), "entry id")
+
+
+@given(too_big_id)
+def test_an_add_of_an_entry_past_2_63_is_refused(entry_id: int) -> None:
+    _refused(codec.encode_add(1, 5, entry_id, b"k", b"x"), "entry id")
+    _refused(codec.encode_add_batch(1, 5, b"k", [(0, b"x"), (entry_id, b"y")]), "out of range")
+
+
+@given(below_minus_one)
+def test_a_long_poll_below_lac_minus_one_is_refused(known: int) -> None:
+    _refused(codec.encode_long_poll_lac(1, 5, known, 10), "known LAC")
+
+
+def test_an_oversized_master_key_is_refused() -> None:
+    k = b"k" * (codec.MAX_MASTER_KEY + 1)
+    for frame in (codec.encode_add(1, 5, 0, k, b"x"), codec.encode_read(1, 5, 0, k, codec.FLAG_FENCE),
+                  codec.encode_read_lac(1, 5, k, codec.FLAG_FENCE), codec.encode_add_batch(1, 5, k, [(0, b"x")])):
+        _refused(frame, "master key length")
+    assert isinstance(codec.decode_request(codec.encode_add(1, 5, 0, k[:-1], b"x")), codec.AddRequest)
+
+
+@given(st.integers(2, 0xFFFF))
+def test_undefined_flag_bits_are_refused(flags: int) -> None:
+    _refused(codec.encode_add(1, 5, 0, b"k", b"x", flags), "flags")
+    _refused(codec.encode_read(1, 5, 0, b"k", flags), "flags")
+    _refused(codec.encode_read_lac(1, 5, b"k", flags), "flags")
+    _refused(codec.encode_add_batch(1, 5, b"k", [(0, b"x")], flags), "flags")
+    frame = bytearray(codec.encode_bookie_info(1))
+    struct.pack_into(">H", frame, 2, flags)
+    _refused(bytes(frame), "flags")
+
+
+def test_the_edges_of_every_range_are_accepted() -> None:
+    top = codec.MAX_ID
+    assert codec.decode_request(codec.encode_add(1, top, top, b"k", b"x")).ledger_id == top
+    assert codec.decode_request(codec.encode_read(1, top, top)).entry_id == top
+    assert codec.decode_request(codec.encode_read(1, 0, 0)).entry_id == 0
+    assert codec.decode_request(codec.encode_long_poll_lac(1, top, -1, 0)).known_lac == -1
+    assert codec.decode_request(codec.encode_read_multi(1, top, [0, top])).entry_ids == (0, top)

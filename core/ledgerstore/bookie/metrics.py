@@ -98,6 +98,7 @@ class BookieCollector(Collector):
         yield from self._journal_metrics()
         yield from self._disk_metrics()
         yield from self._storage_metrics()
+        yield from self._transport_metrics()
         yield from under_replication_metrics(self.bookie)
 
     # --- request counters ------------------------------------------------------------------------
@@ -116,7 +117,24 @@ class BookieCollector(Collector):
         yield _counter("ledgerstore_bookie_add_requests", "Add requests received (accepted or not).", c.add_requests)
         yield _counter("ledgerstore_bookie_add_bytes", "Bytes of entries accepted by adds.", c.add_bytes)
         yield _counter("ledgerstore_bookie_read_requests", "Read and read-LAC requests received.", c.read_requests)
-        yield _counter("ledgerstore_bookie_bad_requests", "Frames that could not be decoded.", c.bad_requests)
+        yield _counter("ledgerstore_bookie_bad_requests", "Frames that could not be decoded or held a field out of range.",
+                       c.bad_requests)
+        yield _counter("ledgerstore_bookie_failed_requests",
+                       "Requests whose handling failed unexpectedly (answered IO_ERROR; the connection carried on).",
+                       c.failed_requests)
+        yield _gauge("ledgerstore_bookie_long_poll_waiters", "Long-poll LAC requests waiting on this bookie.",
+                     b.lac_waiter_count)
+        yield _counter("ledgerstore_bookie_refused_long_polls",
+                       "Long-poll LAC requests refused because a waiter limit was reached.", c.refused_long_polls)
+        yield _counter("ledgerstore_bookie_ledger_lookups",
+                       "Metadata look-ups of ledgers new to this bookie, before accepting their first master key.",
+                       c.ledger_lookups)
+        yield _counter("ledgerstore_bookie_unknown_ledger_claims",
+                       "Ledgers new to this bookie that requests named but the metadata store does not hold.",
+                       c.unknown_ledger_claims)
+        yield _gauge("ledgerstore_bookie_requests_awaiting_metadata",
+                     "Adds and fences waiting for the metadata look-up of a ledger new to this bookie.",
+                     b._awaiting_count)
         rejected = CounterMetricFamily(
             "ledgerstore_bookie_rejected_adds", "Adds refused, by status (READ_ONLY, FENCED, UNAUTHORIZED, ...).",
             labels=["reason"],
@@ -203,6 +221,21 @@ class BookieCollector(Collector):
             if isinstance(value, int | float):
                 extra.add_metric([name, _NOT_NAME.sub("_", str(key))], value)
         yield extra
+
+
+    def _transport_metrics(self) -> Iterator[Metric]:
+        server = getattr(self.bookie, "server", None)
+        if server is None:
+            return
+        # The transport's own figures (connections, unfinished-frame bytes, shed and timed-out
+        # connections, oversized frames, ...): their meaning is the transport's, as for storage.
+        family = GaugeMetricFamily("ledgerstore_transport_stat",
+                                   "Figures of the bookie's server transport (see docs/transports.md).",
+                                   labels=["name"])
+        for key, value in sorted(server.stats().items()):
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                family.add_metric([_NOT_NAME.sub("_", str(key))], value)
+        yield family
 
 
 def under_replication_metrics(bookie: Any) -> Iterable[Metric]:

@@ -8,6 +8,8 @@ from the engine (entries are readable as soon as they are added, like BookKeeper
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import os
 import shutil
@@ -24,19 +26,27 @@ from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, Record, encode_record
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import (
-    BookieIOError,
+    InvalidArgumentError,
     LedgerStoreError,
     NoSuchEntryError,
     NoSuchLedgerError,
     ProtocolError,
 )
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManager, compare_cookies
+from ledgerstore.meta.ledgers import LedgerManager
 from ledgerstore.plugins import create_metadata_store, create_transport, load_driver, notify
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
-from ledgerstore.proto.digest import ENTRY_HEADER, parse_entry_header
+from ledgerstore.proto.digest import ENTRY_HEADER, master_key, parse_entry_header
 
 log = logging.getLogger(__name__)
+
+#: what ``_check_key`` answers for a ledger new to this bookie whose metadata was not looked up
+#: yet: the request waits for the look-up (not a wire status)
+_AWAIT_METADATA = -1
+#: a ledger the metadata store did not have is looked up once more after this long (a metadata
+#: store read from another session may lag the writer's create by a moment)
+_LOOKUP_RETRY_S = 0.1
 
 
 class BookieCounters:
@@ -47,7 +57,15 @@ class BookieCounters:
         self.add_bytes = 0
         self.read_requests = 0
         self.bad_requests = 0
+        #: requests whose handler failed unexpectedly (answered IO_ERROR; the connection carries on)
+        self.failed_requests = 0
         self.rejected_adds: dict[str, int] = defaultdict(int)
+        #: long-poll LAC requests refused because a waiter limit was reached
+        self.refused_long_polls = 0
+        #: metadata look-ups of ledgers new to this bookie (one per ledger, before its first key)
+        self.ledger_lookups = 0
+        #: requests naming a ledger new to this bookie that the metadata store does not hold
+        self.unknown_ledger_claims = 0
 
 
 class Bookie:
@@ -72,7 +90,19 @@ class Bookie:
         self._master_keys: dict[int, bytes] = {}
         self._fenced: set[int] = set()
         self._lac: dict[int, int] = {}
-        self._lac_waiters: dict[int, list[tuple[int, ServerConnection, int, Op, asyncio.TimerHandle]]] = defaultdict(list)
+        #: long-poll LAC waiters: ledger → (connection, request id) → (known LAC, expiry timer)
+        self._lac_waiters: dict[int, dict[tuple[ServerConnection, int], tuple[int, asyncio.TimerHandle]]] = {}
+        #: the same waiters by connection: connection → {(ledger, request id)}, so a connection's
+        #: waiters are counted against its limit and freed with it without scanning the others
+        self._conn_waiters: dict[ServerConnection, set[tuple[int, int]]] = {}
+        self.lac_waiter_count = 0
+        #: first master keys allowed by the metadata store, for ledgers new to this bookie:
+        #: ledger → the key its stored password gives, or b"" when the metadata holds no password
+        self._allowed_keys: dict[int, bytes] = {}
+        #: requests waiting for the metadata look-up of a ledger new to this bookie
+        self._awaiting_metadata: dict[int, list[tuple[ServerConnection, codec.Request]]] = {}
+        self._awaiting_count = 0
+        self._lookups: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._checkpoint_lock = threading.Lock()
@@ -103,7 +133,11 @@ class Bookie:
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
         scheme = cfg.listen.partition("://")[0]
-        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **cfg.transport)
+        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **{
+            **cfg.transport,
+            "max_unfinished_frame_bytes": cfg.max_unfinished_frame_bytes,
+            "unfinished_frame_timeout_s": cfg.unfinished_frame_timeout_s,
+        })
         self.server = await transport.serve(cfg.listen, self)
         if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
             self.advertised = self.server.address
@@ -169,9 +203,9 @@ class Bookie:
         notify("ledgerstore_bookie_stopping", bookie=self)
         if getattr(self, "recovery", None) is not None:
             await self.recovery.stop()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._lookups]:
             t.cancel()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._lookups]:
             try:
                 await t
             except (asyncio.CancelledError, Exception):
@@ -442,40 +476,50 @@ class Bookie:
                     _, op, _, rid = codec.HEADER.unpack_from(frame)
                     conn.send(codec.encode_error_response(op, rid, Status.READ_ONLY))
             return
+        max_frame_size = self.config.max_frame_size
         for frame in frames:
+            # One request's failure is answered for that request alone: the connection, the
+            # requests after it and other peers carry on.
             try:
-                req = codec.decode_request(frame, self.config.max_frame_size)
-            except ProtocolError as exc:
+                req = codec.decode_request(frame, max_frame_size)
+                self._dispatch(conn, req)
+            except (ProtocolError, InvalidArgumentError) as exc:
                 self._bad_request(conn, frame, exc)
-                continue
-            if isinstance(req, codec.AddBatchRequest):
-                self._handle_add_batch(conn, req)
-            elif isinstance(req, codec.ReadMultiRequest):
-                self._handle_read_multi(conn, req)
-            elif isinstance(req, codec.AddRequest):
-                self._handle_add(conn, req)
-            elif isinstance(req, codec.ReadRequest):
-                self._handle_read(conn, req)
-            elif isinstance(req, codec.ReadLacRequest):
-                self._handle_read_lac(conn, req)
-            elif isinstance(req, codec.LongPollLacRequest):
-                self._handle_long_poll(conn, req)
-            else:
-                total, _, free = self._disk_usage()
-                conn.send(codec.encode_bookie_info_response(
-                    req.request_id, Status.OK, free, total, len(self._master_keys), self.read_only))
+            except Exception as exc:
+                self._failed_request(conn, frame, exc)
+
+    def _dispatch(self, conn: ServerConnection, req: codec.Request) -> None:
+        if isinstance(req, codec.AddBatchRequest):
+            self._handle_add_batch(conn, req)
+        elif isinstance(req, codec.ReadMultiRequest):
+            self._handle_read_multi(conn, req)
+        elif isinstance(req, codec.AddRequest):
+            self._handle_add(conn, req)
+        elif isinstance(req, codec.ReadRequest):
+            self._handle_read(conn, req)
+        elif isinstance(req, codec.ReadLacRequest):
+            self._handle_read_lac(conn, req)
+        elif isinstance(req, codec.LongPollLacRequest):
+            self._handle_long_poll(conn, req)
+        elif isinstance(req, codec.BookieInfoRequest):
+            total, _, free = self._disk_usage()
+            conn.send(codec.encode_bookie_info_response(
+                req.request_id, Status.OK, free, total, len(self._master_keys), self.read_only))
+        else:
+            raise ProtocolError(f"this bookie does not serve {type(req).__name__}")
 
     def connection_lost(self, conn: ServerConnection) -> None:
         self._inflight.pop(conn, None)
-        for lid, waiters in list(self._lac_waiters.items()):
-            keep = [w for w in waiters if w[1] is not conn]
-            for w in waiters:
-                if w[1] is conn:
-                    w[4].cancel()
-            if keep:
-                self._lac_waiters[lid] = keep
-            else:
-                del self._lac_waiters[lid]
+        mine = self._conn_waiters.pop(conn, None)
+        if mine:
+            for lid, rid in mine:
+                waiters = self._lac_waiters.get(lid)
+                w = waiters.pop((conn, rid), None) if waiters is not None else None
+                if w is not None:
+                    w[1].cancel()
+                    self.lac_waiter_count -= 1
+                    if not waiters:
+                        del self._lac_waiters[lid]
 
     def _bad_request(self, conn: ServerConnection, frame: bytes, exc: Exception) -> None:
         self.counters.bad_requests += 1
@@ -487,14 +531,33 @@ class Bookie:
         if self.counters.bad_requests % 1000 == 1:
             log.warning("bad request from %s: %s (%d so far)", conn.peer, exc, self.counters.bad_requests)
 
+    def _failed_request(self, conn: ServerConnection, frame: bytes, exc: Exception) -> None:
+        """A request whose handling failed unexpectedly: answered IO_ERROR, logged (with the
+        traceback of the first of every thousand), the connection kept."""
+        c = self.counters
+        c.failed_requests += 1
+        _, op, _, rid = codec.HEADER.unpack_from(frame)
+        conn.send(codec.encode_error_response(op, rid, Status.IO_ERROR))
+        if c.failed_requests % 1000 == 1:
+            log.error("request from %s (opcode %d) failed: %r (%d so far)", conn.peer, op, exc, c.failed_requests,
+                      exc_info=exc)
+
     def _check_key(self, ledger_id: int, key: bytes) -> int | None:
-        """Status to refuse with, or None. Records the key of a ledger new to this bookie."""
+        """Status to refuse with, or None. Records the key of a ledger new to this bookie, once
+        the metadata store has shown the ledger exists (and, when it stores the ledger's password,
+        that the key is the one it gives); until then answers ``_AWAIT_METADATA``."""
         known = self._master_keys.get(ledger_id)
         if known is None:
             if not key:
                 return Status.UNAUTHORIZED
+            allowed = self._allowed_keys.get(ledger_id)
+            if allowed is None:
+                return _AWAIT_METADATA
+            if allowed and allowed != key:
+                return Status.UNAUTHORIZED
             assert self.engine is not None and self.journal is not None
             self.engine.set_master_key(ledger_id, key)
+            del self._allowed_keys[ledger_id]
             self._master_keys[ledger_id] = key
             self.journal.append(encode_record(MASTER_KEY, ledger_id, 0, key), None)
             return None
@@ -504,8 +567,11 @@ class Bookie:
 
     def _handle_add(self, conn: ServerConnection, req: codec.AddRequest) -> None:
         c = self.counters
-        c.add_requests += 1
         status = self._add_refusal(req.ledger_id, req.master_key, req.flags)
+        if status == _AWAIT_METADATA:
+            self._await_metadata(conn, req)
+            return
+        c.add_requests += 1
         entry = req.entry
         if status is None:
             try:
@@ -552,9 +618,12 @@ class Bookie:
         the whole batch is durable."""
         c = self.counters
         entries = req.entries
-        c.add_requests += len(entries)
         lid = req.ledger_id
         status = self._add_refusal(lid, req.master_key, req.flags)
+        if status == _AWAIT_METADATA:
+            self._await_metadata(conn, req)
+            return
+        c.add_requests += len(entries)
         inflight = self._inflight.get(conn, 0)
         if status is None and inflight + len(entries) > self.config.max_adds_in_flight_per_connection and inflight:
             status = Status.TOO_MANY_REQUESTS
@@ -692,29 +761,39 @@ class Bookie:
                 continue
             conn, frame = token
             if callable(frame):
-                frame()
+                try:  # a fence's answer: its failure must not cost the rest of the group theirs
+                    frame()
+                except Exception as exc:
+                    self.counters.failed_requests += 1
+                    log.error("answering a fence of %s failed: %r", conn.peer, exc, exc_info=exc)
             else:
                 conn.send(frame)
 
-    def _fence(self, conn: ServerConnection, ledger_id: int, key: bytes, then: Any) -> bool:
-        """Fence durably, then run ``then()``. Returns False (after answering) if refused."""
+    def _fence(self, conn: ServerConnection, ledger_id: int, key: bytes, then: Any) -> int | None:
+        """Fence durably, then run ``then()``. Returns None when under way, else the status the
+        caller refuses with (or ``_AWAIT_METADATA`` for it to wait for the ledger's look-up)."""
         assert self.engine is not None and self.journal is not None
         status = self._check_key(ledger_id, key)
         if status is not None:
-            return False
+            return status
         if ledger_id not in self._fenced:
             self.engine.set_fenced(ledger_id)
             self._fenced.add(ledger_id)
         # Answer only once the fence record (and everything queued before it) is durable.
         self.journal.append(encode_record(FENCE, ledger_id, 0), (conn, then))
-        return True
+        return None
 
     def _handle_read(self, conn: ServerConnection, req: codec.ReadRequest) -> None:
-        self.counters.read_requests += 1
         if req.flags & FLAG_FENCE:
-            if not self._fence(conn, req.ledger_id, req.master_key, lambda: conn.send(self._read_response(req))):
-                conn.send(codec.encode_read_response(req.request_id, Status.UNAUTHORIZED, req.ledger_id, req.entry_id))
+            status = self._fence(conn, req.ledger_id, req.master_key, lambda: conn.send(self._read_response(req)))
+            if status == _AWAIT_METADATA:
+                self._await_metadata(conn, req)
+                return
+            self.counters.read_requests += 1
+            if status is not None:
+                conn.send(codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id))
             return
+        self.counters.read_requests += 1
         conn.send(self._read_response(req))
 
     def _read_response(self, req: codec.ReadRequest) -> bytes:
@@ -725,7 +804,9 @@ class Bookie:
             return codec.encode_read_response(req.request_id, Status.NO_SUCH_LEDGER, req.ledger_id, req.entry_id)
         except NoSuchEntryError:
             return codec.encode_read_response(req.request_id, Status.NO_SUCH_ENTRY, req.ledger_id, req.entry_id)
-        except (BookieIOError, OSError) as exc:
+        except InvalidArgumentError:  # an id the engine cannot hold: no such entry can exist
+            return codec.encode_read_response(req.request_id, Status.BAD_REQUEST, req.ledger_id, req.entry_id)
+        except (LedgerStoreError, OSError) as exc:
             log.error("read of ledger %d entry %d failed: %s", req.ledger_id, req.entry_id, exc)
             return codec.encode_read_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id)
         return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data)
@@ -741,49 +822,164 @@ class Bookie:
         return codec.encode_lac_response(op, rid, Status.OK, ledger_id, self._lac.get(ledger_id, -1), last)
 
     def _handle_read_lac(self, conn: ServerConnection, req: codec.ReadLacRequest) -> None:
-        self.counters.read_requests += 1
         if req.flags & FLAG_FENCE:
             then = lambda: conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))  # noqa: E731
-            if not self._fence(conn, req.ledger_id, req.master_key, then):
-                conn.send(codec.encode_lac_response(Op.READ_LAC, req.request_id, Status.UNAUTHORIZED, req.ledger_id, -1, -1))
+            status = self._fence(conn, req.ledger_id, req.master_key, then)
+            if status == _AWAIT_METADATA:
+                self._await_metadata(conn, req)
+                return
+            self.counters.read_requests += 1
+            if status is not None:
+                conn.send(codec.encode_lac_response(Op.READ_LAC, req.request_id, status, req.ledger_id, -1, -1))
             return
+        self.counters.read_requests += 1
         conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))
 
     def _handle_long_poll(self, conn: ServerConnection, req: codec.LongPollLacRequest) -> None:
-        lac = self._lac.get(req.ledger_id, -1)
-        if lac > req.known_lac or req.timeout_ms == 0 or req.ledger_id in self._fenced:
-            conn.send(self._lac_response(Op.LONG_POLL_LAC, req.request_id, req.ledger_id))
+        lid = req.ledger_id
+        lac = self._lac.get(lid, -1)
+        if lac > req.known_lac or req.timeout_ms == 0 or lid in self._fenced:
+            conn.send(self._lac_response(Op.LONG_POLL_LAC, req.request_id, lid))
             return
         assert self._loop is not None
-        timeout = min(req.timeout_ms, 600_000) / 1000.0
-        waiter_list = self._lac_waiters[req.ledger_id]
-        if len(waiter_list) > 10_000:
-            conn.send(codec.encode_lac_response(Op.LONG_POLL_LAC, req.request_id, Status.TOO_MANY_REQUESTS, req.ledger_id, -1, -1))
+        cfg = self.config
+        mine = self._conn_waiters.get(conn)
+        key = (conn, req.request_id)
+        waiters = self._lac_waiters.get(lid)
+        if (self.lac_waiter_count >= cfg.max_long_poll_waiters
+                or (mine is not None and len(mine) >= cfg.max_long_poll_waiters_per_connection)
+                or (waiters is not None and key in waiters)):
+            # past a limit (or a request id already waiting): refused, the client polls again later
+            c = self.counters
+            c.refused_long_polls += 1
+            if c.refused_long_polls % 1000 == 1:
+                log.warning("refusing long-poll LAC waiters from %s: %d waiting here, %d from it (limits %d and %d "
+                            "per connection; %d refused so far)", conn.peer, self.lac_waiter_count,
+                            len(mine or ()), cfg.max_long_poll_waiters, cfg.max_long_poll_waiters_per_connection,
+                            c.refused_long_polls)
+            conn.send(codec.encode_lac_response(Op.LONG_POLL_LAC, req.request_id, Status.TOO_MANY_REQUESTS, lid, -1, -1))
             return
-        handle = self._loop.call_later(timeout, self._expire_waiter, req.ledger_id, req.request_id, conn)
-        waiter_list.append((req.known_lac, conn, req.request_id, Op.LONG_POLL_LAC, handle))
+        timeout = min(req.timeout_ms, 600_000) / 1000.0
+        handle = self._loop.call_later(timeout, self._expire_waiter, lid, req.request_id, conn)
+        if waiters is None:
+            waiters = self._lac_waiters[lid] = {}
+        waiters[key] = (req.known_lac, handle)
+        if mine is None:
+            mine = self._conn_waiters[conn] = set()
+        mine.add((lid, req.request_id))
+        self.lac_waiter_count += 1
+
+    def _forget_waiter(self, ledger_id: int, rid: int, conn: ServerConnection) -> None:
+        """Drop a waiter from the per-connection index and the count (it left its ledger's dict)."""
+        self.lac_waiter_count -= 1
+        mine = self._conn_waiters.get(conn)
+        if mine is not None:
+            mine.discard((ledger_id, rid))
+            if not mine:
+                del self._conn_waiters[conn]
 
     def _expire_waiter(self, ledger_id: int, rid: int, conn: ServerConnection) -> None:
-        waiters = self._lac_waiters.get(ledger_id, [])
-        for i, w in enumerate(waiters):
-            if w[2] == rid and w[1] is conn:
-                del waiters[i]
-                conn.send(self._lac_response(Op.LONG_POLL_LAC, rid, ledger_id))
-                break
+        waiters = self._lac_waiters.get(ledger_id)
+        if waiters is None or waiters.pop((conn, rid), None) is None:
+            return
         if not waiters:
-            self._lac_waiters.pop(ledger_id, None)
+            del self._lac_waiters[ledger_id]
+        self._forget_waiter(ledger_id, rid, conn)
+        conn.send(self._lac_response(Op.LONG_POLL_LAC, rid, ledger_id))
 
     def _wake_lac_waiters(self, ledger_id: int) -> None:
         lac = self._lac.get(ledger_id, -1)
-        keep = []
-        for w in self._lac_waiters.pop(ledger_id, []):
-            if lac > w[0]:
-                w[4].cancel()
-                w[1].send(self._lac_response(Op.LONG_POLL_LAC, w[2], ledger_id))
-            else:
-                keep.append(w)
-        if keep:
-            self._lac_waiters[ledger_id] = keep
+        waiters = self._lac_waiters.get(ledger_id)
+        if waiters is None:
+            return
+        woken = [(key, w) for key, w in waiters.items() if lac > w[0]]
+        for key, w in woken:
+            del waiters[key]
+            w[1].cancel()
+            conn, rid = key
+            self._forget_waiter(ledger_id, rid, conn)
+            conn.send(self._lac_response(Op.LONG_POLL_LAC, rid, ledger_id))
+        if not waiters:
+            del self._lac_waiters[ledger_id]
+
+    # --- first master key of a ledger new to this bookie ------------------------------------------
+
+    def _await_metadata(self, conn: ServerConnection, req: codec.Request) -> None:
+        """Hold ``req`` (an add or fence of a ledger new to this bookie) until the metadata store
+        says whether the ledger exists: one look-up per ledger, however many requests wait for it.
+        Later requests of the ledger find its key recorded and are not delayed."""
+        lid = req.ledger_id  # type: ignore[union-attr]
+        if self._awaiting_count >= self.config.max_requests_awaiting_metadata:
+            self._refuse_waiting(conn, req, Status.TOO_MANY_REQUESTS)
+            return
+        waiting = self._awaiting_metadata.get(lid)
+        self._awaiting_count += 1
+        if waiting is not None:
+            waiting.append((conn, req))
+            return
+        self._awaiting_metadata[lid] = [(conn, req)]
+        assert self._loop is not None
+        task = self._loop.create_task(self._look_up_ledger(lid), name=f"ledger-lookup-{lid}")
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    async def _look_up_ledger(self, ledger_id: int) -> None:
+        assert self.store is not None
+        mgr = LedgerManager(self.store)
+        self.counters.ledger_lookups += 1
+        status: int | None = None
+        try:
+            try:
+                md = await mgr.read(ledger_id)
+            except NoSuchLedgerError:
+                await asyncio.sleep(_LOOKUP_RETRY_S)
+                md = await mgr.read(ledger_id)
+        except NoSuchLedgerError:
+            status = Status.NO_SUCH_LEDGER
+        except Exception as exc:  # the store is unreachable: the writer retries, nothing is claimed
+            log.warning("could not look up ledger %d in the metadata store: %s", ledger_id, exc)
+            status = Status.IO_ERROR
+        else:
+            allowed = b""
+            if md.password is not None:
+                try:
+                    allowed = master_key(base64.b64decode(md.password, validate=True))
+                except binascii.Error:
+                    log.warning("ledger %d's metadata holds a password that is not base64; its first key is not "
+                                "checked against it", ledger_id)
+            if ledger_id not in self._master_keys:
+                self._allowed_keys[ledger_id] = allowed
+        waiting = self._awaiting_metadata.pop(ledger_id, [])
+        self._awaiting_count -= len(waiting)
+        if status is not None:
+            c = self.counters
+            if status == Status.NO_SUCH_LEDGER:
+                c.unknown_ledger_claims += 1
+                if c.unknown_ledger_claims % 1000 == 1:
+                    log.warning("refused %d request(s) from %s naming ledger %d, which the metadata store does not "
+                                "hold (%d such ledgers so far)", len(waiting), waiting[0][0].peer if waiting else "?",
+                                ledger_id, c.unknown_ledger_claims)
+            for conn, req in waiting:
+                self._refuse_waiting(conn, req, status)
+            return
+        for conn, req in waiting:
+            try:
+                self._dispatch(conn, req)
+            except Exception as exc:
+                self._failed_request(conn, codec.encode_request(req)[: codec.HEADER_SIZE], exc)
+
+    def _refuse_waiting(self, conn: ServerConnection, req: codec.Request, status: int) -> None:
+        if isinstance(req, codec.AddBatchRequest):
+            self.counters.rejected_adds[Status(status).name] += len(req.entries)
+            conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, req.ledger_id,
+                                                      [(e, status) for e, _ in req.entries]))
+        elif isinstance(req, codec.AddRequest):
+            self.counters.rejected_adds[Status(status).name] += 1
+            conn.send(codec.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id))
+        elif isinstance(req, codec.ReadRequest):
+            conn.send(codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id))
+        elif isinstance(req, codec.ReadLacRequest):
+            conn.send(codec.encode_lac_response(Op.READ_LAC, req.request_id, status, req.ledger_id, -1, -1))
 
 
 async def run_bookie(config: BookieConfig, ready: Any = None) -> None:

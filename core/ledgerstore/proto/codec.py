@@ -6,7 +6,10 @@ Format version 1 (documented in ``docs/protocol.md``). Every frame starts with a
 
 followed by an opcode-specific body; integers are big-endian. Transports carry frames; they never
 look inside them. Decoding never trusts a length field: a truncated or inconsistent frame raises
-:class:`~ledgerstore.errors.ProtocolError` (status ``BAD_REQUEST`` on the bookie).
+:class:`~ledgerstore.errors.ProtocolError` (status ``BAD_REQUEST`` on the bookie). Every field a
+request carries is range-checked as it is decoded (ledger and entry ids in ``0..2**63-1``, a known
+LAC of at least -1, master keys of at most :data:`MAX_MASTER_KEY` bytes, only the flag bits the
+opcode defines), so nothing out of range ever reaches a bookie's storage engine.
 """
 
 from __future__ import annotations
@@ -77,6 +80,14 @@ _R_READ_ITEM = struct.Struct(">qHI")  # entry, status, length; then bytes
 _I64 = struct.Struct(">q")
 #: most entries one batch frame may carry
 MAX_BATCH = 65536
+#: largest ledger or entry id (BookKeeper's ids are Java longs; negative ones mean "none")
+MAX_ID = 0x7FFF_FFFF_FFFF_FFFF
+#: longest master key a request may carry (keys are 32-byte digests; storage engines keep them
+#: in fixed-size headers)
+MAX_MASTER_KEY = 256
+#: flag bits each opcode defines; a request with any other bit set is refused
+_ADD_FLAGS = FLAG_RECOVERY_ADD
+_READ_FLAGS = FLAG_FENCE
 
 _STATUS_VALUES = frozenset(int(s) for s in Status)
 
@@ -368,8 +379,23 @@ def _check(frame: bytes, need: int, what: str) -> None:
         raise ProtocolError(f"truncated {what}: {len(frame)} bytes, need at least {need}")
 
 
+def _out_of_range(what: str, value: int) -> ProtocolError:
+    return ProtocolError(f"{what} {value} is out of range")
+
+
+def _check_keyed(what: str, lid: int, klen: int, flags: int, allowed_flags: int) -> None:
+    """The range checks every request naming a ledger with a master key shares."""
+    if lid > MAX_ID:
+        raise _out_of_range("ledger id", lid)
+    if klen > MAX_MASTER_KEY:
+        raise _out_of_range("master key length", klen)
+    if flags & ~allowed_flags:
+        raise _out_of_range(f"{what} flags", flags)
+
+
 def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
-    """Decode a request frame. Raises ProtocolError (or FrameTooLargeError) on anything malformed."""
+    """Decode a request frame. Raises ProtocolError (or FrameTooLargeError) on anything malformed
+    or out of range."""
     if max_frame_size is not None and len(frame) > max_frame_size:
         raise FrameTooLargeError(f"frame of {len(frame)} bytes exceeds the limit of {max_frame_size}")
     version, op, flags, rid = peek_header(frame)
@@ -381,8 +407,9 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         lid, eid, klen = _ADD.unpack_from(frame, h)
         start = h + _ADD.size
         _check(frame, start + klen, "add request master key")
-        if eid > 0x7FFF_FFFF_FFFF_FFFF:
-            raise ProtocolError(f"entry id {eid} out of range")
+        _check_keyed("add", lid, klen, flags, _ADD_FLAGS)
+        if eid > MAX_ID:
+            raise _out_of_range("entry id", eid)
         return AddRequest(rid, lid, eid, frame[start : start + klen], frame[start + klen :], flags)
     if op == Op.READ:
         _check(frame, h + _READ.size, "read request")
@@ -390,6 +417,9 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         start = h + _READ.size
         if len(frame) != start + klen:
             raise ProtocolError(f"read request of {len(frame)} bytes does not match its key length {klen}")
+        _check_keyed("read", lid, klen, flags, _READ_FLAGS)
+        if eid < 0:
+            raise _out_of_range("entry id", eid)
         return ReadRequest(rid, lid, eid, frame[start:], flags)
     if op == Op.READ_LAC:
         _check(frame, h + _READ_LAC.size, "read-LAC request")
@@ -397,15 +427,24 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         start = h + _READ_LAC.size
         if len(frame) != start + klen:
             raise ProtocolError(f"read-LAC request of {len(frame)} bytes does not match its key length {klen}")
+        _check_keyed("read-LAC", lid, klen, flags, _READ_FLAGS)
         return ReadLacRequest(rid, lid, frame[start:], flags)
     if op == Op.LONG_POLL_LAC:
         if len(frame) != h + _LONG_POLL.size:
             raise ProtocolError(f"long-poll request must be {h + _LONG_POLL.size} bytes, got {len(frame)}")
         lid, known, timeout = _LONG_POLL.unpack_from(frame, h)
+        if lid > MAX_ID:
+            raise _out_of_range("ledger id", lid)
+        if known < -1:
+            raise _out_of_range("known LAC", known)
+        if flags:
+            raise _out_of_range("long-poll flags", flags)
         return LongPollLacRequest(rid, lid, known, timeout)
     if op == Op.BOOKIE_INFO:
         if len(frame) != h:
             raise ProtocolError(f"bookie-info request must be {h} bytes, got {len(frame)}")
+        if flags:
+            raise _out_of_range("bookie-info flags", flags)
         return BookieInfoRequest(rid)
     if op == Op.ADD_BATCH:
         return _decode_add_batch(frame, rid, flags)
@@ -415,7 +454,14 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         start = h + _READ_MULTI.size
         if count > MAX_BATCH or len(frame) != start + 8 * count:
             raise ProtocolError(f"read-multi request of {len(frame)} bytes does not hold {count} entry ids")
-        return ReadMultiRequest(rid, lid, struct.unpack_from(f">{count}q", frame, start))
+        if lid > MAX_ID:
+            raise _out_of_range("ledger id", lid)
+        if flags:
+            raise _out_of_range("read-multi flags", flags)
+        ids = struct.unpack_from(f">{count}q", frame, start)
+        if ids and min(ids) < 0:
+            raise _out_of_range("entry id", min(ids))
+        return ReadMultiRequest(rid, lid, ids)
     raise ProtocolError(f"unknown opcode {op}")
 
 
@@ -425,6 +471,7 @@ def _decode_add_batch(frame: bytes, rid: int, flags: int) -> AddBatchRequest:
     lid, klen, count = _ADD_BATCH.unpack_from(frame, h)
     if count > MAX_BATCH:
         raise ProtocolError(f"add-batch of {count} entries exceeds the limit of {MAX_BATCH}")
+    _check_keyed("add-batch", lid, klen, flags, _ADD_FLAGS)
     pos = h + _ADD_BATCH.size
     _check(frame, pos + klen, "add-batch master key")
     key = frame[pos : pos + klen]
@@ -440,8 +487,8 @@ def _decode_add_batch(frame: bytes, rid: int, flags: int) -> AddBatchRequest:
             raise ProtocolError(f"truncated add-batch: {len(entries)} of {count} entries")
         eid, size = unpack(frame, pos)
         pos += isz
-        if size > n - pos or eid > 0x7FFF_FFFF_FFFF_FFFF:
-            raise ProtocolError(f"add-batch entry {eid} of {size} bytes does not fit the frame")
+        if size > n - pos or eid > MAX_ID:
+            raise ProtocolError(f"add-batch entry {eid} of {size} bytes does not fit the frame or its id is out of range")
         append((eid, frame[pos : pos + size]))
         pos += size
     if pos != n:
