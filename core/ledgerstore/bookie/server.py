@@ -47,6 +47,8 @@ _AWAIT_METADATA = -1
 #: a ledger the metadata store did not have is looked up once more after this long (a metadata
 #: store read from another session may lag the writer's create by a moment)
 _LOOKUP_RETRY_S = 0.1
+#: a read-only bookie accepts recovery adds while its ledger disks have this much free space
+RECOVERY_ADD_RESERVE_BYTES = 64 << 20
 
 
 class BookieCounters:
@@ -604,7 +606,11 @@ class Bookie:
 
     def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> int | None:
         """The status refusing every add of a request, or None to go on."""
-        if self.read_only or not self._registered_event.is_set():
+        if not self._registered_event.is_set():
+            return Status.READ_ONLY
+        if self.read_only and not (flags & FLAG_RECOVERY_ADD and self._disk_usage()[2] >= RECOVERY_ADD_RESERVE_BYTES):
+            # like BookKeeper's high-priority writes: recovery adds still land on a read-only
+            # bookie so that ledgers can be closed, as long as its disks keep a reserve
             return Status.READ_ONLY
         if self.journal is None or self.journal.failed is not None:
             return Status.IO_ERROR
