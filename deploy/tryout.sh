@@ -21,6 +21,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 mkdir -p "$here/data/zookeeper"
+# the bookies' admin token (bookie-N.toml: [bookie.http] token_file); made once, readable by this user only
+if [ ! -s "$here/data/admin-token" ]; then
+  (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$here/data/admin-token")
+fi
 sed -e "s|^dataDir=.*|dataDir=$here/data/zookeeper|" -e "s|^clientPort=.*|clientPort=$ZK_PORT|" "$here/zoo.cfg" > "$here/data/zoo.cfg"
 # zookeeper.jar's manifest names its dependencies; slf4j-simple (if present) sends its log to stderr
 cp="/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
@@ -50,6 +54,7 @@ done
 "$LS" shell --metadata "$metadata" listbookies
 LEDGERSTORE_CLIENT_METADATA="$metadata" "$LS" shell --config "$here/client.toml" simpletest --entries 1000
 echo "metrics: curl http://127.0.0.1:$HTTP_PORT_BASE/metrics"
+echo "admin:   curl -H \"Authorization: Bearer \$(cat $here/data/admin-token)\" -X PUT http://127.0.0.1:$HTTP_PORT_BASE/api/v1/bookie/gc"
 if [ "${1:-}" = "--check" ]; then
   exit 0
 fi

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from ledgerstore.config import AutoRecoveryConfig, BookieConfig, ClientConfig, JournalConfig
+from ledgerstore.config import AdminHttpConfig, AutoRecoveryConfig, BookieConfig, ClientConfig, JournalConfig
 
 HEADER = """# Configuration reference
 
@@ -85,6 +85,7 @@ def render() -> str:
     parts = [HEADER, "## Bookie (`[bookie]`)\n", *table(BookieConfig, ""),
              "\n## Journal (`[bookie.journal]`)\n", *table(JournalConfig, "journal."),
              "\n## Auto-recovery (`[bookie.autorecovery]`)\n", *table(AutoRecoveryConfig, "autorecovery."),
+             "\n## Admin HTTP credentials (`[bookie.http]`)\n", *table(AdminHttpConfig, "http."),
              "\n## Client (`[client]`)\n", *table(ClientConfig, ""), EXAMPLE]
     return "\n".join(parts)
 

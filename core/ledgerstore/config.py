@@ -88,6 +88,42 @@ class AutoRecoveryConfig:
 
 
 @dataclasses.dataclass
+class AdminHttpConfig:
+    """Who may use the admin HTTP server (``[bookie.http]``; its port is ``http_port``).
+
+    State-changing endpoints (PUT, POST, DELETE) always need credentials: a bearer token
+    (``Authorization: Bearer <token>``, the token read once at start from ``token_file``) or a
+    client certificate signed by ``tls_ca_file``. With neither configured they answer 403."""
+
+    #: file holding the admin bearer token (one line; keep it mode 0600); read once at start
+    token_file: str = ""
+    #: let GET endpoints (metrics, state, listings) answer without credentials, as BookKeeper's
+    #: admin server does and as a Prometheus scrape without credentials needs; state changes
+    #: never do. Set false to require the token or a client certificate for reads too
+    allow_anonymous_read: bool = True
+    #: GET paths that answer without credentials even when allow_anonymous_read is false
+    #: (liveness and readiness probes; they tell nothing a TCP connect does not)
+    anonymous_paths: list[str] = dataclasses.field(default_factory=lambda: ["/heartbeat", "/api/v1/bookie/is_ready"])
+    #: serve HTTPS with this certificate (PEM); needs tls_key_file
+    tls_cert_file: str = ""
+    #: private key of tls_cert_file (PEM)
+    tls_key_file: str = ""
+    #: CA (PEM) whose client certificates authenticate like the token (mutual TLS); needs tls_cert_file
+    tls_ca_file: str = ""
+
+    def validate(self) -> list[str]:
+        problems = []
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            problems.append("'http.tls_cert_file' and 'http.tls_key_file' go together: set both or neither")
+        if self.tls_ca_file and not self.tls_cert_file:
+            problems.append("'http.tls_ca_file' (client certificates) needs 'http.tls_cert_file' and 'http.tls_key_file'")
+        for path in self.anonymous_paths:
+            if not path.startswith("/"):
+                problems.append(f"'http.anonymous_paths' entry {path!r} must be a path starting with '/'")
+        return problems
+
+
+@dataclasses.dataclass
 class BookieConfig:
     """A bookie process. ``metadata`` is required; everything else has a default."""
 
@@ -139,6 +175,8 @@ class BookieConfig:
     http_port: int = 0
     #: address the admin HTTP server binds to
     http_address: str = "127.0.0.1"
+    #: the [bookie.http] table: admin HTTP credentials (token, mutual TLS, anonymous reads)
+    http: AdminHttpConfig = dataclasses.field(default_factory=AdminHttpConfig)
     #: the [bookie.journal] table
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
     #: the [bookie.autorecovery] table
@@ -189,6 +227,7 @@ class BookieConfig:
             if getattr(self, name) < 1:
                 problems.append(f"'{name}' must be at least 1")
         problems.extend(self.autorecovery.validate())
+        problems.extend(self.http.validate())
         problems.extend(self.http.validate())
         return problems
 
@@ -405,6 +444,9 @@ def _relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             out[key] = str(base / out[key])
     if isinstance(out.get("ledger_dirs"), list):
         out["ledger_dirs"] = [d if not isinstance(d, str) or os.path.isabs(d) else str(base / d) for d in out["ledger_dirs"]]
+    if isinstance(out.get("http"), dict):  # the admin HTTP token and TLS files
+        out["http"] = {k: str(base / v) if k.endswith("_file") and isinstance(v, str) and v and not os.path.isabs(v)
+                       else v for k, v in out["http"].items()}
     if isinstance(out.get("http"), dict):  # the admin HTTP token and TLS files
         out["http"] = {k: str(base / v) if k.endswith("_file") and isinstance(v, str) and v and not os.path.isabs(v)
                        else v for k, v in out["http"].items()}

@@ -1,5 +1,7 @@
 """The bookie's admin HTTP server against real bookie processes: health, Prometheus metrics, the
-BookKeeper-style admin API, read-only toggling, forced GC, and robustness to malformed requests."""
+BookKeeper-style admin API, read-only toggling, forced GC, and robustness to malformed requests.
+The bookies here have an admin token; every state change presents it (authentication itself is
+tested in test_admin_http_auth.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,34 +31,43 @@ def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
+TOKEN = "admin-token-for-tests-5f1c"
+
+
 class HttpCluster:
     """Three bookie processes, each with its admin HTTP server on its own free port."""
 
     def __init__(self, cluster: LocalCluster, http_ports: list[int]) -> None:
         self.cluster = cluster
         self.http_ports = http_ports
+        #: sent as the bearer token by request(); None sends no Authorization header
+        self.token: str | None = TOKEN
 
     @property
     def metadata(self) -> str:
         return self.cluster.metadata
 
-    def request(self, i: int, method: str, path: str, body: bytes | None = None) -> tuple[int, str, bytes]:
+    def request(self, i: int, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.http_ports[i], timeout=60)
+        sent = {"Content-Type": "application/json"} if body else {}
+        if self.token is not None:
+            sent["Authorization"] = f"Bearer {self.token}"
         try:
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+            conn.request(method, path, body=body, headers={**sent, **(headers or {})})
             resp = conn.getresponse()
             return resp.status, resp.getheader("Content-Type") or "", resp.read()
         finally:
             conn.close()
 
-    def get_json(self, i: int, path: str, expect: int = 200) -> object:
-        status, ctype, body = self.request(i, "GET", path)
+    def get_json(self, i: int, path: str, expect: int = 200, headers: dict[str, str] | None = None) -> Any:
+        status, ctype, body = self.request(i, "GET", path, headers=headers)
         assert status == expect, (path, status, body)
         assert ctype.startswith("application/json"), ctype
         return json.loads(body)
 
-    def put_json(self, i: int, path: str, data: object | None = None, expect: int = 200) -> object:
-        status, _, body = self.request(i, "PUT", path, json.dumps(data).encode() if data is not None else None)
+    def put_json(self, i: int, path: str, data: object | None = None, expect: int = 200, method: str = "PUT") -> Any:
+        status, _, body = self.request(i, method, path, json.dumps(data).encode() if data is not None else None)
         assert status == expect, (path, status, body)
         return json.loads(body)
 
@@ -77,9 +89,11 @@ def hc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpCluster]:
     cluster.data_dir.mkdir(parents=True, exist_ok=True)
     cluster.write_configs()
     ports = free_ports(3)
+    token_file = cluster.data_dir / "admin-token"
+    token_file.write_text(TOKEN + "\n")
     for i, port in enumerate(ports):  # each bookie needs its own admin port: append to its own file
         with open(cluster.config_path(i), "a") as fh:
-            fh.write(f"http_port = {port}\n")
+            fh.write(f'http_port = {port}\n[bookie.http]\ntoken_file = "{token_file}"\n')
     cluster.start()
     try:
         # a bookie registers just before its admin server listens: wait for the ports too
@@ -182,13 +196,14 @@ def test_json_endpoints_answer_sensibly(hc: HttpCluster) -> None:
     hc.get_json(2, "/api/v1/ledger/metadata", expect=400)
     hc.get_json(2, "/api/v1/ledger/metadata?ledger_id=abc", expect=400)
 
-    got = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret")
+    secret = {"X-Ledger-Password": "secret"}
+    got = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}", headers=secret)
     assert [e["text"] for e in got["entries"]] == [f"hello {i}" for i in range(5)]
     assert base64.b64decode(got["entries"][2]["data_base64"]) == b"hello 2"
-    part = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret&first=1&last=2")
+    part = hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&first=1&last=2", headers=secret)
     assert [e["entry_id"] for e in part["entries"]] == [1, 2]
-    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=wrong", expect=403)
-    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&password=secret&last=9", expect=404)
+    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}", headers={"X-Ledger-Password": "wrong"}, expect=403)
+    hc.get_json(0, f"/api/v1/ledger/read?ledger_id={lid}&last=9", headers=secret, expect=404)
 
     assert hc.get_json(0, "/api/v1/bookie/gc") == {"is_in_force_gc": False}
     hc.get_json(0, "/api/v1/no/such/endpoint", expect=404)
@@ -245,7 +260,9 @@ def test_put_state_read_only_makes_the_bookie_refuse_adds_and_back(hc: HttpClust
             assert target in (await client.ledger_metadata(lh.ledger_id)).ensembles[0][1]
             assert await lh.append(b"back") == 0
             await lh.close()
-            assert await probe_add(client, lh.ledger_id + 2_000_000) == Status.OK
+            # a ledger the metadata knows (bookies may refuse adds to ledgers it does not)
+            fresh = await client.create_ledger(3, 3, 3, password=b"ro")
+            assert await probe_add(client, fresh.ledger_id) == Status.OK
 
     run(writable_again())
 
@@ -367,3 +384,144 @@ def test_plugin_routes_are_served(tmp_path: Path) -> None:
         run(main())
     finally:
         hooks().unregister(plugin)
+
+
+# --- BookKeeper's endpoints that were missing -------------------------------------------------------
+
+
+def test_bookie_endpoints_answer_in_bookkeepers_shapes(hc: HttpCluster) -> None:
+    status, _, body = hc.request(0, "GET", "/api/v1/bookie/is_ready")
+    assert (status, body) == (200, b"")
+    assert hc.get_json(0, "/api/v1/bookie/state/readonly") == {"readOnly": False}
+    assert hc.put_json(0, "/api/v1/bookie/state/readonly", {"readOnly": True}) == {"readOnly": True}
+    try:
+        assert hc.get_json(0, "/api/v1/bookie/state")["forcedReadOnly"] is True
+    finally:
+        assert hc.put_json(0, "/api/v1/bookie/state/readonly", {"readOnly": False}) == {"readOnly": False}
+    hc.put_json(0, "/api/v1/bookie/state/readonly", {"readOnly": "perhaps"}, expect=400)
+
+    files = hc.get_json(0, "/api/v1/bookie/list_disk_file")
+    assert set(files) == {"journal files", "entrylog files", "index files"}
+    assert files["journal files"].split()[0].endswith(".txn") or files["journal files"]
+    assert set(hc.get_json(0, "/api/v1/bookie/list_disk_file?file_type=journal")) == {"journal files"}
+    hc.get_json(0, "/api/v1/bookie/list_disk_file?file_type=bogus", expect=400)
+
+    info = hc.get_json(1, "/api/v1/bookie/list_bookie_info")
+    ids = [hc.cluster.bookie_id(i) for i in range(3)]
+    assert set(info) == {*ids, "clusterInfo"}
+    assert all(info[b]["total"] >= info[b]["free"] > 0 for b in ids)
+    assert info["clusterInfo"]["total"] == sum(info[b]["total"] for b in ids)
+
+    assert hc.get_json(2, "/api/v1/bookie/cluster_info") == {
+        "auditorElected": False, "auditorId": "", "clusterUnderReplicated": False, "ledgerReplicationEnabled": True,
+        "totalBookiesCount": 3, "writableBookiesCount": 3, "readonlyBookiesCount": 0, "unavailableBookiesCount": 0}
+
+    sanity = hc.get_json(1, "/api/v1/bookie/sanity")
+    assert sanity == {"passed": True, "readOnly": False}
+
+
+def test_ledger_delete_removes_the_ledger_and_takes_no_password_in_the_url(hc: HttpCluster) -> None:
+    async def make() -> int:
+        async with Client(metadata=hc.metadata) as client:
+            lh = await client.create_ledger(3, 3, 2, password=b"del")
+            await lh.append(b"x")
+            await lh.close()
+            return lh.ledger_id
+
+    lid = run(make())
+    hc.put_json(0, f"/api/v1/ledger/delete?ledger_id={lid}&password=del", method="DELETE", expect=400)
+    hc.get_json(0, f"/api/v1/ledger/metadata?ledger_id={lid}")  # still there
+    assert hc.put_json(0, f"/api/v1/ledger/delete?ledger_id={lid}", method="DELETE") == {"ledger_id": lid, "deleted": True}
+    hc.get_json(0, f"/api/v1/ledger/metadata?ledger_id={lid}", expect=404)
+    hc.put_json(0, f"/api/v1/ledger/delete?ledger_id={lid}", method="DELETE", expect=404)
+    hc.put_json(0, "/api/v1/ledger/delete", method="DELETE", expect=400)
+
+
+def test_a_suspended_major_compaction_does_not_run_even_when_forced(hc: HttpCluster) -> None:
+    assert hc.get_json(2, "/api/v1/bookie/gc/suspend_compaction") == {"isMajorGcSuspended": False, "isMinorGcSuspended": False}
+    before = hc.get_json(2, "/api/v1/bookie/gc_details")[0]
+    assert set(before) == {"forceCompacting", "majorCompacting", "minorCompacting", "lastMajorCompactionTime",
+                           "lastMinorCompactionTime", "majorCompactionCounter", "minorCompactionCounter"}
+    assert hc.put_json(2, "/api/v1/bookie/gc/suspend_compaction", {"suspendMajor": True, "suspendMinor": True}) == {
+        "isMajorGcSuspended": True, "isMinorGcSuspended": True}
+    try:
+        assert hc.put_json(2, "/api/v1/bookie/gc?major=true")["compaction"] is None
+        assert hc.get_json(2, "/api/v1/bookie/gc_details")[0]["majorCompactionCounter"] == before["majorCompactionCounter"]
+        # major suspended, minor allowed: a forced major falls through to a minor, as in BookKeeper
+        assert hc.put_json(2, "/api/v1/bookie/gc/resume_compaction", {"resumeMinor": True}) == {
+            "isMajorGcSuspended": True, "isMinorGcSuspended": False}
+        assert hc.put_json(2, "/api/v1/bookie/gc", {"minor": True, "major": True})["compaction"] == "minor"
+    finally:
+        hc.put_json(2, "/api/v1/bookie/gc/resume_compaction", {"resumeMajor": True, "resumeMinor": True})
+    assert hc.put_json(2, "/api/v1/bookie/gc?major=true")["compaction"] == "major"
+    after = hc.get_json(2, "/api/v1/bookie/gc_details")[0]
+    assert after["majorCompactionCounter"] == before["majorCompactionCounter"] + 1
+    assert after["minorCompactionCounter"] == before["minorCompactionCounter"] + 1
+    assert after["lastMajorCompactionTime"] >= time.time() * 1000 - 60_000
+    hc.put_json(2, "/api/v1/bookie/gc/suspend_compaction", {}, expect=400)
+
+
+def test_server_config_is_redacted_and_only_live_settings_change(hc: HttpCluster) -> None:
+    cfg = hc.get_json(0, "/api/v1/config/server_config")
+    assert cfg["listen"] == hc.cluster.address(0) and cfg["http"]["token_file"].endswith("admin-token")
+    assert TOKEN not in json.dumps(cfg)
+    assert hc.put_json(0, "/api/v1/config/server_config", {"disk_usage_threshold": 0.97}) == {
+        "updated": {"disk_usage_threshold": 0.97}}
+    try:
+        assert hc.get_json(0, "/api/v1/config/server_config")["disk_usage_threshold"] == 0.97
+        err = hc.put_json(0, "/api/v1/config/server_config", {"listen": "tcp://0.0.0.0:1"}, expect=400)["error"]
+        assert "cannot be changed on a running bookie" in err
+        hc.put_json(0, "/api/v1/config/server_config", {"disk_usage_lwm": 0.99}, expect=400)  # above the threshold
+        hc.put_json(0, "/api/v1/config/server_config", {"disk_usage_threshold": True}, expect=400)
+    finally:
+        hc.put_json(0, "/api/v1/config/server_config", {"disk_usage_threshold": 0.95})
+
+
+def test_autorecovery_endpoints_read_and_set_the_cluster_switches(hc: HttpCluster) -> None:
+    from ledgerstore.plugins import create_metadata_store
+    from ledgerstore.recovery.markers import UnderReplicationManager
+
+    hc.get_json(0, "/api/v1/autorecovery/who_is_auditor", expect=404)  # no auto-recovery process runs here
+    hc.get_json(0, "/api/v1/autorecovery/list_under_replicated_ledger", expect=404)
+    assert hc.get_json(0, "/api/v1/autorecovery/status") == {"enabled": True}
+    assert hc.put_json(0, "/api/v1/autorecovery/status?enabled=false") == {"enabled": False}
+    assert hc.get_json(1, "/api/v1/bookie/cluster_info")["ledgerReplicationEnabled"] is False
+    assert hc.put_json(1, "/api/v1/autorecovery/status", {"enabled": True}) == {"enabled": True}
+
+    assert hc.get_json(0, "/api/v1/autorecovery/lost_bookie_recovery_delay") == {"delay_seconds": 0.0, "cluster_wide": False}
+    assert hc.put_json(0, "/api/v1/autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 45}) == {
+        "delay_seconds": 45.0, "cluster_wide": True}
+    assert hc.get_json(2, "/api/v1/autorecovery/lost_bookie_recovery_delay")["delay_seconds"] == 45.0
+    hc.put_json(0, "/api/v1/autorecovery/lost_bookie_recovery_delay", {"delay_seconds": -1}, expect=400)
+    assert hc.put_json(0, "/api/v1/autorecovery/trigger_audit") == {"triggered": True, "auditor": None}
+
+    async def mark() -> None:
+        store = create_metadata_store(hc.metadata)
+        await store.start()
+        try:
+            urm = UnderReplicationManager(store)
+            await urm.mark(990001, {"10.0.0.1:3181"})
+            await urm.mark(990002, {"10.0.0.2:3181"})
+        finally:
+            await store.close()
+
+    async def unmark() -> None:
+        store = create_metadata_store(hc.metadata)
+        await store.start()
+        try:
+            for lid in (990001, 990002):
+                await UnderReplicationManager(store).remove(lid)
+        finally:
+            await store.close()
+
+    run(mark())
+    try:
+        assert hc.get_json(1, "/api/v1/autorecovery/list_under_replicated_ledger") == [990001, 990002]
+        assert hc.get_json(1, "/api/v1/autorecovery/list_under_replicated_ledger?missingreplica=10.0.0.2:3181") == [990002]
+        assert hc.get_json(1, "/api/v1/autorecovery/list_under_replicated_ledger"
+                              "?excludingmissingreplica=10.0.0.2:3181") == [990001]
+        assert hc.get_json(1, "/api/v1/bookie/cluster_info")["clusterUnderReplicated"] is True
+    finally:
+        run(unmark())
+    hc.put_json(0, "/api/v1/autorecovery/decommission", {"bookie": "x"}, expect=400)
+    hc.put_json(0, "/api/v1/autorecovery/bookie", {"bookie_src": ["a:1", "b:2"]}, expect=400)

@@ -30,11 +30,14 @@ def du(path: Path) -> int:
 
 
 @pytest.mark.parametrize("engine", ["entrylog", "rocksdb"])
-def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str) -> None:  # type: ignore[no-untyped-def]
+def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (http,) = free_ports(1)
+    token_file = tmp_path / "admin-token"
+    token_file.write_text("gc-test-token\n")
     extra = f"http_port = {http}\ngc_wait_time_ms = 0\nflush_interval_ms = 300\n"
     if engine == "entrylog":  # the active entry log is never compacted: roll every 16 MiB
         extra += "[bookie.storage_options]\nentry_log_size_limit = 16777216\n"
+    extra += f'[bookie.http]\ntoken_file = "{token_file}"\n'  # forcing a GC changes state: it needs the token
     cluster: LocalCluster = cluster_factory(1, ClusterConfig("sqlite", engine, "tcp"), extra_bookie_config=extra)
     cluster.start()
     ledgers: list[int] = []
@@ -59,7 +62,7 @@ def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str) -> N
     before = du(ledger_dir)
     assert before >= written * 0.9, (before, written)
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "shell", "gc", "--http", f"127.0.0.1:{http}", "--major",
-                          "--json"], capture_output=True, text=True, timeout=600)
+                          "--token-file", str(token_file), "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert sorted(report["deleted_ledgers"]) == sorted(ledgers[::2])

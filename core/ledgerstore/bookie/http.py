@@ -1,8 +1,10 @@
-"""The bookie's admin HTTP server: health, Prometheus metrics and a BookKeeper-style admin API.
+"""The bookie's admin HTTP server: health, Prometheus metrics and BookKeeper's admin REST API.
 
 A small HTTP/1.1 server on :func:`asyncio.start_server` (no web framework), started by the bookie
 when ``http_port`` is set. Endpoints are listed in ``docs/admin-http.md``; plugins add their own
-through the ``ledgerstore_http_routes(bookie)`` hook.
+through the ``ledgerstore_http_routes(bookie)`` hook. Who may call what is decided by
+:mod:`ledgerstore.bookie.http_auth` before any handler runs; the cluster-wide and auto-recovery
+endpoints live in :mod:`ledgerstore.bookie.http_cluster`.
 
 Robustness rules: a malformed request gets ``400`` and its connection is closed, an unknown path
 ``404``, a known path with another method ``405``, and a handler's exception ``500`` with a JSON
@@ -15,14 +17,18 @@ import asyncio
 import base64
 import dataclasses
 import inspect
-import json
 import logging
+import re
 import time
-from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from ledgerstore.bookie import cookie as cookies
+from ledgerstore.bookie.http_auth import SECRET_PARAMS, AdminAuth
+from ledgerstore.bookie.http_cluster import cluster_routes
+from ledgerstore.bookie.http_messages import JSON, TEXT, Handler, HttpError, Request, Response, parse_bool
 from ledgerstore.errors import (
     BookieUnavailableError,
     InvalidArgumentError,
@@ -32,8 +38,13 @@ from ledgerstore.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
+from ledgerstore.meta.bookies import CookieManager
+
+__all__ = ["JSON", "TEXT", "AdminHttpServer", "Handler", "HttpError", "Request", "Response", "start_admin_http"]
 
 log = logging.getLogger(__name__)
+#: one line per request: reads at DEBUG, state changes at INFO, refusals at WARNING; never a header
+access_log = logging.getLogger(__name__ + ".access")
 
 #: request line and headers together; BookKeeper's admin requests are tiny
 MAX_HEAD_BYTES = 16 * 1024
@@ -43,87 +54,9 @@ IDLE_TIMEOUT_S = 30.0
 #: entries one ``/api/v1/ledger/read`` answers at most
 MAX_READ_ENTRIES = 1000
 
-JSON = "application/json"
-TEXT = "text/plain; charset=utf-8"
-
-
-class HttpError(Exception):
-    """Raised by a handler to answer with ``status`` and a JSON ``{"error": message}`` body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclasses.dataclass
-class Request:
-    """One parsed request, handed to route handlers (built-in and plugin ones alike)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]
-    body: bytes
-    bookie: Any
-
-    def json(self) -> Any:
-        """The body parsed as JSON; :class:`HttpError` 400 if it is not JSON."""
-        if not self.body:
-            raise HttpError(400, "this request needs a JSON body")
-        try:
-            return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HttpError(400, f"the body is not valid JSON: {exc}") from None
-
-    def int_param(self, name: str, default: int | None = None) -> int:
-        """Query parameter ``name`` as an int; 400 if missing (without default) or not a number."""
-        raw = self.query.get(name)
-        if raw is None or raw == "":
-            if default is None:
-                raise HttpError(400, f"query parameter {name!r} is required")
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise HttpError(400, f"query parameter {name}={raw!r} is not an integer") from None
-
-    def bool_param(self, name: str, default: bool = False) -> bool:
-        """Query parameter ``name`` as a boolean (true/false/1/0/yes/no)."""
-        raw = self.query.get(name)
-        if raw is None or raw == "":
-            return default
-        return _parse_bool(raw, f"query parameter {name}")
-
-
-@dataclasses.dataclass
-class Response:
-    """What a handler returns (plugin handlers may return a ``(status, content_type, body)`` tuple)."""
-
-    status: int = 200
-    content_type: str = JSON
-    body: bytes = b""
-
-    @classmethod
-    def of_json(cls, data: Any, status: int = 200) -> Response:
-        return cls(status, JSON, (json.dumps(data, indent=2, default=str) + "\n").encode())
-
-    @classmethod
-    def error(cls, status: int, message: str) -> Response:
-        return cls.of_json({"error": message, "status": status}, status)
-
-
-Handler = Callable[[Request], "Awaitable[Response | tuple[int, str, bytes]] | Response | tuple[int, str, bytes]"]
-
-
-def _parse_bool(raw: Any, what: str) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "on"):
-        return True
-    if isinstance(raw, str) and raw.lower() in ("false", "0", "no", "off"):
-        return False
-    raise HttpError(400, f"{what}={raw!r} is not a boolean (true or false)")
+#: the header carrying a ledger password (never the URL: URLs end up in logs and histories)
+LEDGER_PASSWORD_HEADER = "x-ledger-password"
+READ_METHODS = ("GET", "HEAD")
 
 
 def _status_for(exc: LedgerStoreError) -> int:
@@ -146,7 +79,13 @@ class AdminHttpServer:
 
         self.bookie = bookie
         self.metrics = BookieMetrics(bookie)
+        #: raises ConfigError (the bookie does not start) if the token or TLS files are unusable
+        self.auth = AdminAuth(bookie.config.http)
         self.routes: dict[str, dict[str, Handler]] = {}
+        #: (method, path) of GET routes that need credentials like a state change does
+        self._protected: set[tuple[str, str]] = set()
+        #: long operations started by a request and answered at once (decommission, recovery)
+        self.background: set[asyncio.Task[Any]] = set()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._client: Any = None
@@ -157,11 +96,24 @@ class AdminHttpServer:
 
     # --- routing ---------------------------------------------------------------------------------
 
-    def add_route(self, method: str, path: str, handler: Handler) -> None:
-        """Serve ``method path`` with ``handler``; a later route for the same pair replaces it."""
+    def add_route(self, method: str, path: str, handler: Handler, *, protected: bool = False) -> None:
+        """Serve ``method path`` with ``handler``; a later route for the same pair replaces it.
+
+        Every method but GET needs credentials; ``protected`` makes a GET need them too (one that
+        writes, like the sanity test, or reveals secrets, like the server configuration)."""
         if not path.startswith("/"):
             raise InvalidArgumentError(f"admin HTTP route {path!r} must start with '/'")
-        self.routes.setdefault(path, {})[method.upper()] = handler
+        method = method.upper()
+        self.routes.setdefault(path, {})[method] = handler
+        if protected:
+            self._protected.add((method, path))
+        else:
+            self._protected.discard((method, path))
+
+    def needs_credentials(self, method: str, path: str) -> bool:
+        """Whether ``method path`` changes state (or is protected): never served anonymously."""
+        method = "GET" if method == "HEAD" else method
+        return method != "GET" or (method, path) in self._protected
 
     def _add_builtin_routes(self) -> None:
         for method, path, handler in [
@@ -177,7 +129,23 @@ class AdminHttpServer:
             ("GET", "/api/v1/ledger/list", self._ledger_list),
             ("GET", "/api/v1/ledger/metadata", self._ledger_metadata),
             ("GET", "/api/v1/ledger/read", self._ledger_read),
+            ("DELETE", "/api/v1/ledger/delete", self._ledger_delete),
+            ("GET", "/api/v1/bookie/is_ready", self._is_ready),
+            ("GET", "/api/v1/bookie/state/readonly", self._get_readonly),
+            ("PUT", "/api/v1/bookie/state/readonly", self._put_readonly),
+            ("GET", "/api/v1/bookie/list_disk_file", self._list_disk_file),
+            ("GET", "/api/v1/bookie/gc_details", self._gc_details),
+            ("GET", "/api/v1/bookie/gc/suspend_compaction", self._get_suspended),
+            ("PUT", "/api/v1/bookie/gc/suspend_compaction", self._suspend_compaction),
+            ("PUT", "/api/v1/bookie/gc/resume_compaction", self._resume_compaction),
+            ("PUT", "/api/v1/bookie/expand_storage", self._expand_storage),
+            ("PUT", "/api/v1/config/server_config", self._put_server_config),
         ]:
+            self.add_route(method, path, handler)
+        # GETs that need credentials: the configuration may hold secrets; the sanity test writes
+        self.add_route("GET", "/api/v1/config/server_config", self._get_server_config, protected=True)
+        self.add_route("GET", "/api/v1/bookie/sanity", self._sanity, protected=True)
+        for method, path, handler in cluster_routes(self):
             self.add_route(method, path, handler)
 
     def _add_plugin_routes(self) -> None:
@@ -194,14 +162,19 @@ class AdminHttpServer:
         self._add_plugin_routes()
         self.metrics.attach()
         try:
-            self._server = await asyncio.start_server(self._serve_connection, host, port, limit=MAX_HEAD_BYTES)
+            self._server = await asyncio.start_server(self._serve_connection, host, port, limit=MAX_HEAD_BYTES,
+                                                      ssl=self.auth.ssl_context)
         except OSError as exc:
             self.metrics.detach()
             raise LedgerStoreError(
                 f"bookie {self.bookie.bookie_id}: cannot listen for admin HTTP on {host}:{port}: {exc}; "
                 "choose another http_port or set it to 0 to disable the admin server"
             ) from exc
-        log.info("admin HTTP on http://%s:%d", host, self.port)
+        scheme = "https" if self.auth.ssl_context is not None else "http"
+        log.info("admin HTTP on %s://%s:%d (credentials: %s; anonymous reads %s)", scheme, host, self.port,
+                 ", ".join(filter(None, ["bearer token" if self.bookie.config.http.token_file else "",
+                                         "client certificates" if self.auth.client_certificates else ""])) or "none",
+                 "allowed" if self.bookie.config.http.allow_anonymous_read else "refused")
 
     @property
     def port(self) -> int:
@@ -214,10 +187,11 @@ class AdminHttpServer:
         self.metrics.detach()
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        pending = [*self._connections, *self.background]
+        for task in pending:
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -231,6 +205,10 @@ class AdminHttpServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        peer_name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "-"
+        # non-empty only for a client certificate the configured CA verified
+        peercert = writer.get_extra_info("peercert")
         try:
             keep_alive = True
             while keep_alive:
@@ -249,7 +227,7 @@ class AdminHttpServer:
                     return
                 except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
-                response = await self._dispatch(method, target, headers, body)
+                response = await self._dispatch(method, target, headers, body, peer_name, peercert)
                 await self._send(writer, response, keep_alive, head_only=method == "HEAD")
         except asyncio.CancelledError:
             pass
@@ -282,10 +260,11 @@ class AdminHttpServer:
             reason = HTTPStatus(response.status).phrase
         except ValueError:
             reason = "Unknown"
+        extra = "".join(f"{name}: {value}\r\n" for name, value in response.headers.items())
         head = (
             f"HTTP/1.1 {response.status} {reason}\r\n"
             f"Content-Type: {response.content_type}\r\n"
-            f"Content-Length: {len(response.body)}\r\n"
+            f"Content-Length: {len(response.body)}\r\n{extra}"
             f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n"
             "Server: ledgerstore-bookie\r\n\r\n"
         ).encode("latin-1")
@@ -295,14 +274,38 @@ class AdminHttpServer:
         except ConnectionError:
             pass
 
-    async def _dispatch(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Response:
+    async def _dispatch(self, method: str, target: str, headers: dict[str, str], body: bytes,
+                        peer: str = "-", peercert: Any = None) -> Response:
         self.requests_served += 1
+        t0 = time.monotonic()
         parts = urlsplit(target)
         path = parts.path.rstrip("/") or "/"
+        decision = self.auth.check(path, self.needs_credentials(method, path), headers, peercert)
+        if decision.status:
+            response = Response.error(decision.status, decision.message)
+            if decision.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="ledgerstore-admin"'
+        else:
+            response = await self._route(method, path, parts.query, headers, body)
+        level = (logging.WARNING if decision.status else
+                 logging.DEBUG if method in READ_METHODS else logging.INFO)
+        if access_log.isEnabledFor(level):
+            access_log.log(level, "%s %s %s -> %d (%d bytes, %.1f ms) by %s%s", peer, method,
+                           _loggable(path, parts.query), response.status, len(response.body),
+                           (time.monotonic() - t0) * 1000, decision.principal,
+                           f": refused, {decision.message}" if decision.status else "")
+        return response
+
+    async def _route(self, method: str, path: str, raw_query: str, headers: dict[str, str], body: bytes) -> Response:
         try:
-            query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
+            query = dict(parse_qsl(raw_query, keep_blank_values=True, strict_parsing=False))
         except ValueError as exc:
             return Response.error(400, f"bad query string: {exc}")
+        secrets = sorted(SECRET_PARAMS.intersection(query))
+        if secrets:
+            return Response.error(400, f"query parameter {secrets[0]!r} would put a secret in the URL (URLs end up in "
+                                       f"logs and shell histories); send a ledger password in the X-Ledger-Password "
+                                       f"header and credentials in the Authorization header")
         by_method = self.routes.get(path)
         if by_method is None:
             return Response.error(404, f"no such endpoint: {path}")
@@ -389,11 +392,27 @@ class AdminHttpServer:
         return Response.of_json(self._state())
 
     async def _put_state(self, req: Request) -> Response:
+        await self._set_read_only(req)
+        return Response.of_json(self._state())
+
+    async def _set_read_only(self, req: Request) -> None:
         body = req.json()
         if not isinstance(body, dict) or "readOnly" not in body:
             raise HttpError(400, 'expected a JSON object like {"readOnly": true}')
-        await self.bookie.set_read_only(_parse_bool(body["readOnly"], "readOnly"))
-        return Response.of_json(self._state())
+        await self.bookie.set_read_only(parse_bool(body["readOnly"], "readOnly"))
+
+    async def _get_readonly(self, req: Request) -> Response:
+        return Response.of_json({"readOnly": self.bookie.read_only})
+
+    async def _put_readonly(self, req: Request) -> Response:
+        await self._set_read_only(req)
+        return Response.of_json({"readOnly": self.bookie.read_only})
+
+    async def _is_ready(self, req: Request) -> Response:
+        # BookKeeper: 200 with an empty body when ready, 503 otherwise
+        b = self.bookie
+        ready = b._serving and b._registered_event.is_set() and not b._stopped.is_set()
+        return Response(200 if ready else 503, TEXT, b"")
 
     async def _list_bookies(self, req: Request) -> Response:
         kind = req.query.get("type", "all").lower()
@@ -419,8 +438,8 @@ class AdminHttpServer:
             body = req.json()
             if not isinstance(body, dict):
                 raise HttpError(400, 'expected a JSON object like {"major": true}')
-            minor = _parse_bool(body.get("minor", minor), "minor")
-            major = _parse_bool(body.get("major", major), "major")
+            minor = parse_bool(body.get("minor", minor), "minor")
+            major = parse_bool(body.get("major", major), "major")
         if self._gc_running:
             raise HttpError(409, "a forced garbage collection is already running; retry when it ends")
         self._gc_running = True
@@ -478,7 +497,7 @@ class AdminHttpServer:
     async def _ledger_read(self, req: Request) -> Response:
         lid = req.int_param("ledger_id")
         first = req.int_param("first", req.int_param("start_entry_id", 0))
-        password = req.query.get("password", "").encode()
+        password = ledger_password(req)
         client = await self.client()
         # no recovery: an administrator looking at a ledger must not fence its writer
         handle = await client.open_ledger(lid, password=password, recovery=False)
@@ -502,6 +521,105 @@ class AdminHttpServer:
                 pass
             rows.append(row)
         return Response.of_json({"ledger_id": lid, "last_add_confirmed": lac, "entries": rows})
+
+    async def _ledger_delete(self, req: Request) -> Response:
+        # an administrator's delete, as BookKeeper's: no ledger password (the caller is authenticated)
+        lid = req.int_param("ledger_id")
+        client = await self.client()
+        await client.delete_ledger(lid)
+        return Response.of_json({"ledger_id": lid, "deleted": True})
+
+    async def _list_disk_file(self, req: Request) -> Response:
+        kind = req.query.get("file_type", "").lower()
+        if kind not in ("", "journal", "entrylog", "index"):
+            raise HttpError(400, f"file_type={kind!r}: use journal, entrylog or index (or leave it out for all)")
+        listing = await asyncio.to_thread(_disk_files, self.bookie.journal_dir, self.bookie.ledger_dirs)
+        return Response.of_json({f"{k} files": " ".join(v) for k, v in listing.items() if kind in ("", k)})
+
+    async def _gc_details(self, req: Request) -> Response:
+        return Response.of_json([self.bookie.compaction.details(self._gc_running)])
+
+    def _suspension(self) -> dict[str, bool]:
+        c = self.bookie.compaction
+        return {"isMajorGcSuspended": c.suspend_major, "isMinorGcSuspended": c.suspend_minor}
+
+    async def _get_suspended(self, req: Request) -> Response:
+        return Response.of_json(self._suspension())
+
+    def _switch_compaction(self, req: Request, major_key: str, minor_key: str, suspend: bool) -> Response:
+        body = req.json()
+        if not isinstance(body, dict) or not ({major_key, minor_key} & set(body)):
+            raise HttpError(400, f'expected a JSON object like {{"{major_key}": true, "{minor_key}": true}}')
+        c = self.bookie.compaction
+        if parse_bool(body.get(major_key, False), major_key):
+            c.suspend_major = suspend
+        if parse_bool(body.get(minor_key, False), minor_key):
+            c.suspend_minor = suspend
+        return Response.of_json(self._suspension())
+
+    async def _suspend_compaction(self, req: Request) -> Response:
+        return self._switch_compaction(req, "suspendMajor", "suspendMinor", True)
+
+    async def _resume_compaction(self, req: Request) -> Response:
+        return self._switch_compaction(req, "resumeMajor", "resumeMinor", False)
+
+    async def _expand_storage(self, req: Request) -> Response:
+        body = req.json() if req.body else {}
+        dirs = body.get("ledger_dirs") if isinstance(body, dict) else None
+        if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
+            raise HttpError(400, 'expected a JSON object like {"ledger_dirs": ["/data1/ledgers", "/data2/ledgers"]}: '
+                                 "the bookie's directories after the expansion")
+        b = self.bookie
+        added, cookie = await asyncio.to_thread(expand_cookie, b, [Path(d) for d in dirs])
+        if added:
+            await CookieManager(b.store).put(b.bookie_id, {**cookie, "endpoint": b.advertised})
+            log.info("storage expanded with %s; set ledger_dirs = %s in the config and restart", added, dirs)
+        return Response.of_json({"added": added, "ledger_dirs": dirs,
+                                 "restart_needed": bool(added)})
+
+    async def _get_server_config(self, req: Request) -> Response:
+        return Response.of_json(_redacted(dataclasses.asdict(self.bookie.config)))
+
+    async def _put_server_config(self, req: Request) -> Response:
+        body = req.json()
+        if not isinstance(body, dict) or not body:
+            raise HttpError(400, 'expected a JSON object of settings, e.g. {"disk_usage_threshold": 0.9}')
+        unknown = sorted(set(body) - RUNTIME_SETTINGS)
+        if unknown:
+            raise HttpError(400, f"{', '.join(map(repr, unknown))} cannot be changed on a running bookie; these can: "
+                                 f"{', '.join(sorted(RUNTIME_SETTINGS))} (change the others in the config file and restart)")
+        cfg = self.bookie.config
+        changed: dict[str, Any] = {}
+        for key, raw in body.items():
+            kind = type(getattr(cfg, key))
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise HttpError(400, f"{key}={raw!r} is not a {kind.__name__}")
+            try:
+                changed[key] = kind(raw)
+            except ValueError:
+                raise HttpError(400, f"{key}={raw!r} is not a {kind.__name__}") from None
+        problems = dataclasses.replace(cfg, **changed).validate()
+        if problems:
+            raise HttpError(400, "; ".join(problems))
+        for key, value in changed.items():  # the bookie reads these on every use
+            setattr(cfg, key, value)
+        log.info("runtime settings changed through the admin API: %s", changed)
+        return Response.of_json({"updated": changed})
+
+    async def _sanity(self, req: Request) -> Response:
+        # BookKeeper's sanity test: write entries to a ledger on this bookie alone, read them back
+        b = self.bookie
+        client = await self.client()
+        count = req.int_param("entries", 10)
+        try:
+            passed = await asyncio.wait_for(sanity_test(client, b.bookie_id, count), req.int_param("timeout", 30))
+            error = ""
+        except (LedgerStoreError, TimeoutError) as exc:
+            passed, error = False, f"{type(exc).__name__}: {exc}"
+        out: dict[str, Any] = {"passed": passed, "readOnly": b.read_only}
+        if error:
+            out["error"] = error
+        return Response.of_json(out)
 
 
 def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], bool]:
@@ -532,6 +650,88 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], bool]:
     conn = headers.get("connection", "").lower()
     keep_alive = conn != "close" if version == "HTTP/1.1" else conn == "keep-alive"
     return method, target, headers, keep_alive
+
+
+#: settings the bookie reads on every use, so PUT /api/v1/config/server_config can change them live
+RUNTIME_SETTINGS = frozenset({
+    "disk_usage_threshold", "disk_usage_lwm", "disk_check_interval_ms", "minor_compaction_threshold",
+    "major_compaction_threshold", "minor_compaction_interval_s", "major_compaction_interval_s",
+})
+_SECRET_KEY = re.compile(r"pass|secret|credential|auth_data|private|token(?!_file)", re.IGNORECASE)
+
+
+def _redacted(value: Any) -> Any:
+    """The configuration with the values of secret-looking keys replaced (file names stay)."""
+    if isinstance(value, dict):
+        return {k: "(redacted)" if _SECRET_KEY.search(str(k)) and not str(k).endswith("_file") and v
+                else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def ledger_password(req: Request) -> bytes:
+    """The ledger password a request carries in ``X-Ledger-Password`` (b"" without one)."""
+    # header values were decoded as latin-1: encoding back gives the bytes the client sent
+    return req.headers.get(LEDGER_PASSWORD_HEADER, "").encode("latin-1")
+
+
+def _loggable(path: str, raw_query: str) -> str:
+    """``path?query`` for the access log, secret-looking parameter values masked."""
+    if not raw_query:
+        return path
+    pairs = parse_qsl(raw_query, keep_blank_values=True)
+    return path + "?" + "&".join(f"{k}={'***' if k.lower() in SECRET_PARAMS else v}" for k, v in pairs)
+
+
+def _disk_files(journal_dir: Path, ledger_dirs: list[Path]) -> dict[str, list[str]]:
+    from ledgerstore.bookie.journal import journal_files
+
+    out: dict[str, list[str]] = {"journal": [p.name for _, p in journal_files(journal_dir)], "entrylog": [], "index": []}
+    for d in ledger_dirs:
+        for p in sorted(d.rglob("*")):
+            if p.is_file() and p.name != cookies.COOKIE_FILE:
+                out["entrylog" if p.suffix == ".log" else "index"].append(str(p.relative_to(d)))
+    return out
+
+
+def expand_cookie(bookie: Any, dirs: list[Path]) -> tuple[list[str], dict[str, Any]]:
+    """Add the new directories among ``dirs`` to the bookie's local cookie (BookKeeper's
+    expand_storage). ``dirs`` must keep every current directory; new ones must be empty. Returns
+    the directories added and the new cookie; the bookie uses them once its config names them
+    and it restarts."""
+    current = [d.resolve() for d in bookie.ledger_dirs]
+    wanted = [d.resolve() for d in dirs]
+    missing = [str(d) for d in current if d not in wanted]
+    if missing:
+        raise HttpError(400, f"ledger_dirs must keep the bookie's current directories; missing {missing}")
+    new = [d for d in wanted if d not in current]
+    busy = [str(d) for d in new if d.exists() and any(d.iterdir())]
+    if busy:
+        raise HttpError(409, f"new ledger directories must be empty: {busy}")
+    local = cookies.read_local(cookies.cookie_dirs(bookie.journal_dir, bookie.ledger_dirs))
+    if local is None:
+        raise HttpError(409, "this bookie's directories hold no cookie to expand")
+    if not new:
+        return [], local
+    for d in new:
+        d.mkdir(parents=True, exist_ok=True)
+    cookie = {**local, "ledger_dirs": [str(d) for d in wanted]}
+    cookies.write_local(cookies.cookie_dirs(bookie.journal_dir, wanted), cookie)
+    return [str(d) for d in new], cookie
+
+
+async def sanity_test(client: Any, bookie_id: str, count: int) -> bool:
+    """Write ``count`` entries to a ledger on ``bookie_id`` alone, read them back, delete it."""
+    lh = await client.create_ledger(1, 1, 1, password=b"sanity", bookies=[bookie_id])
+    try:
+        payloads = [b"sanity-%d" % i for i in range(count)]
+        await asyncio.gather(*(lh.append_async(p) for p in payloads))
+        await lh.close()
+        reader = await client.open_ledger(lh.ledger_id, b"sanity", recovery=False)
+        return [e.payload for e in await reader.read(0, count - 1)] == payloads if count else True
+    finally:
+        await client.delete_ledger(lh.ledger_id)
 
 
 async def start_admin_http(bookie: Any, host: str, port: int) -> AdminHttpServer:

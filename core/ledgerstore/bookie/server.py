@@ -23,6 +23,7 @@ from typing import Any
 from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, StorageEngine
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie import cookie as cookies
+from ledgerstore.bookie.compaction import CompactionControl
 from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, Record, encode_record
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import (
@@ -113,6 +114,8 @@ class Bookie:
         self.started_at = 0.0
         self._registered_event = asyncio.Event()
         self._last_minor = self._last_major = time.monotonic()
+        #: compaction suspension switches and statistics (the admin API's gc endpoints)
+        self.compaction = CompactionControl()
         self._serving = False
         self.http: Any = None
         #: adds waiting for the journal, per connection (the per-connection in-flight limit)
@@ -389,13 +392,17 @@ class Bookie:
         compact = getattr(self.engine, "compact", None)
         cfg = self.config
         if compact is not None:
-            if major or (cfg.major_compaction_threshold > 0 and cfg.major_compaction_interval_s > 0
-                         and now - self._last_major >= cfg.major_compaction_interval_s):
-                compacted = ("major", await asyncio.to_thread(compact, cfg.major_compaction_threshold if cfg.major_compaction_threshold > 0 else 0.8))
+            if self.compaction.allows("major") and (major or (
+                    cfg.major_compaction_threshold > 0 and cfg.major_compaction_interval_s > 0
+                    and now - self._last_major >= cfg.major_compaction_interval_s)):
+                with self.compaction.compacting("major"):
+                    compacted = ("major", await asyncio.to_thread(compact, cfg.major_compaction_threshold if cfg.major_compaction_threshold > 0 else 0.8))
                 self._last_major = self._last_minor = now
-            elif minor or (cfg.minor_compaction_threshold > 0 and cfg.minor_compaction_interval_s > 0
-                           and now - self._last_minor >= cfg.minor_compaction_interval_s):
-                compacted = ("minor", await asyncio.to_thread(compact, cfg.minor_compaction_threshold if cfg.minor_compaction_threshold > 0 else 0.2))
+            elif self.compaction.allows("minor") and (minor or (
+                    cfg.minor_compaction_threshold > 0 and cfg.minor_compaction_interval_s > 0
+                    and now - self._last_minor >= cfg.minor_compaction_interval_s)):
+                with self.compaction.compacting("minor"):
+                    compacted = ("minor", await asyncio.to_thread(compact, cfg.minor_compaction_threshold if cfg.minor_compaction_threshold > 0 else 0.2))
                 self._last_minor = now
         if compacted is not None:
             after = compacted[1]

@@ -440,17 +440,22 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
 @click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True),
               help="a STOPPED bookie's config: collect offline")
 @click.option("--http", "http_address", help="a RUNNING bookie's admin HTTP address host:port: ask it to collect")
+@click.option("--token-file", type=click.Path(dir_okay=False, exists=True), envvar="LEDGERSTORE_ADMIN_TOKEN_FILE",
+              help="with --http: file holding the bookie's admin bearer token ([bookie.http] token_file)")
 @click.option("--major", is_flag=True, help="also run major compaction")
 @json_option
 @handle_errors
-def gc_command(bookie_config: str | None, http_address: str | None, major: bool, as_json: bool) -> None:
+def gc_command(bookie_config: str | None, http_address: str | None, token_file: str | None, major: bool,
+               as_json: bool) -> None:
     """Garbage-collect deleted ledgers now and report what was reclaimed."""
     import json
     import urllib.request
 
     if http_address:
+        from ledgerstore.bookie.http_auth import bearer_headers
+
         req = urllib.request.Request(f"http://{http_address}/api/v1/bookie/gc?{'major=true' if major else 'minor=true'}",
-                                     method="PUT")
+                                     method="PUT", headers=bearer_headers(token_file))
         with urllib.request.urlopen(req, timeout=600) as resp:
             result = json.loads(resp.read())
     elif bookie_config:
