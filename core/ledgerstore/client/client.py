@@ -199,7 +199,8 @@ class Client:
         roll_interval_s: float | None = None,
         create: bool = True,
     ) -> LogWriter:
-        """Become the leader of log ``name``: fence its last two ledgers, create a ledger and
+        """Become the leader of log ``name``: recover (fence and close) every ledger of it that is
+        not closed (always the last two), create a ledger and
         CAS-append it to the log's list; only then are writes accepted. Rolls to a new ledger
         after ``roll_size_bytes`` of payload or ``roll_interval_s`` seconds (checked on append).
         LogError if the log does not exist and ``create`` is false, or if the list kept changing
