@@ -525,3 +525,54 @@ def test_autorecovery_endpoints_read_and_set_the_cluster_switches(hc: HttpCluste
         run(unmark())
     hc.put_json(0, "/api/v1/autorecovery/decommission", {"bookie": "x"}, expect=400)
     hc.put_json(0, "/api/v1/autorecovery/bookie", {"bookie_src": ["a:1", "b:2"]}, expect=400)
+
+
+def test_expand_storage_adds_an_empty_directory_the_bookie_starts_with_after_a_restart(
+        cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+
+    (http_port,) = free_ports(1)
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(TOKEN)
+    # disk checks (which also check the cookie files are still the bookie's own) every 50 ms
+    cluster: LocalCluster = cluster_factory(1, extra_bookie_config=(
+        f'http_port = {http_port}\ndisk_check_interval_ms = 50\n[bookie.http]\ntoken_file = "{token_file}"\n'))
+    cluster.start()
+    one = HttpCluster(cluster, [http_port])
+    home = cluster.config_path(0).parent
+    current, new = (home / "ledgers").resolve(), (home / "ledgers2").resolve()
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "data").write_text("x")
+    one.put_json(0, "/api/v1/bookie/expand_storage", {"ledger_dirs": [str(current), str(busy)]}, expect=409)
+    one.put_json(0, "/api/v1/bookie/expand_storage", {"ledger_dirs": [str(new)]}, expect=400)  # drops a current one
+    one.put_json(0, "/api/v1/bookie/expand_storage", {}, expect=400)
+    assert one.put_json(0, "/api/v1/bookie/expand_storage", {"ledger_dirs": [str(current)]})["added"] == []
+
+    async def write(payload: bytes) -> int:
+        async with Client(metadata=cluster.metadata) as client:
+            lh = await client.create_ledger(1, 1, 1, password=b"x")
+            await lh.append(payload)
+            await lh.close()
+            return lh.ledger_id
+
+    async def read(lid: int) -> bytes:
+        async with Client(metadata=cluster.metadata) as client:
+            rh = await client.open_ledger(lid, password=b"x")
+            return (await rh.read(0, 0))[0].payload
+
+    before = run(write(b"before"))
+    r = one.put_json(0, "/api/v1/bookie/expand_storage", {"ledger_dirs": [str(current), str(new)]})
+    assert r == {"added": [str(new)], "ledger_dirs": [str(current), str(new)], "restart_needed": True}
+    for d in (current, new):  # every directory's cookie names both
+        assert json.loads((d / "COOKIE").read_text())["ledger_dirs"] == [str(current), str(new)]
+    # the running bookie still owns its data through 20 disk checks, and serves
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert one.get_json(0, "/api/v1/bookie/state")["readOnly"] is False
+    after = run(write(b"after"))
+    cluster.kill(0, signal.SIGTERM)
+    cfg = cluster.config_path(0)
+    cfg.write_text(cfg.read_text().replace('ledger_dirs = ["ledgers"]', 'ledger_dirs = ["ledgers", "ledgers2"]'))
+    cluster.restart(0)
+    assert run(read(before)) == b"before" and run(read(after)) == b"after"

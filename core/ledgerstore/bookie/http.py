@@ -570,12 +570,18 @@ class AdminHttpServer:
             raise HttpError(400, 'expected a JSON object like {"ledger_dirs": ["/data1/ledgers", "/data2/ledgers"]}: '
                                  "the bookie's directories after the expansion")
         b = self.bookie
-        added, cookie = await asyncio.to_thread(expand_cookie, b, [Path(d) for d in dirs])
+        wanted = [Path(d).resolve() for d in dirs]
+        added, cookie = await asyncio.to_thread(plan_expansion, b, wanted)
         if added:
+            # the running bookie checks that its cookie files stay the ones it runs with: it
+            # adopts the new cookie and the files change with no await in between
+            ownership = getattr(b, "ownership", None)
+            if ownership is not None:
+                ownership.cookie = cookie
+            cookies.write_local(cookies.cookie_dirs(b.journal_dir, wanted), cookie)
             await CookieManager(b.store).put(b.bookie_id, {**cookie, "endpoint": b.advertised})
             log.info("storage expanded with %s; set ledger_dirs = %s in the config and restart", added, dirs)
-        return Response.of_json({"added": added, "ledger_dirs": dirs,
-                                 "restart_needed": bool(added)})
+        return Response.of_json({"added": added, "ledger_dirs": [str(d) for d in wanted], "restart_needed": bool(added)})
 
     async def _get_server_config(self, req: Request) -> Response:
         return Response.of_json(_redacted(dataclasses.asdict(self.bookie.config)))
@@ -695,13 +701,12 @@ def _disk_files(journal_dir: Path, ledger_dirs: list[Path]) -> dict[str, list[st
     return out
 
 
-def expand_cookie(bookie: Any, dirs: list[Path]) -> tuple[list[str], dict[str, Any]]:
-    """Add the new directories among ``dirs`` to the bookie's local cookie (BookKeeper's
-    expand_storage). ``dirs`` must keep every current directory; new ones must be empty. Returns
-    the directories added and the new cookie; the bookie uses them once its config names them
-    and it restarts."""
+def plan_expansion(bookie: Any, wanted: list[Path]) -> tuple[list[str], dict[str, Any]]:
+    """BookKeeper's expand_storage, first half: check that the resolved ``wanted`` directories
+    keep every current one and that the new ones are empty, create the new ones, and return them
+    with the cookie naming all of them (to be written to every directory and the metadata store;
+    the bookie uses the new directories once its config names them and it restarts)."""
     current = [d.resolve() for d in bookie.ledger_dirs]
-    wanted = [d.resolve() for d in dirs]
     missing = [str(d) for d in current if d not in wanted]
     if missing:
         raise HttpError(400, f"ledger_dirs must keep the bookie's current directories; missing {missing}")
@@ -716,9 +721,7 @@ def expand_cookie(bookie: Any, dirs: list[Path]) -> tuple[list[str], dict[str, A
         return [], local
     for d in new:
         d.mkdir(parents=True, exist_ok=True)
-    cookie = {**local, "ledger_dirs": [str(d) for d in wanted]}
-    cookies.write_local(cookies.cookie_dirs(bookie.journal_dir, wanted), cookie)
-    return [str(d) for d in new], cookie
+    return [str(d) for d in new], {**local, "ledger_dirs": [str(d) for d in wanted]}
 
 
 async def sanity_test(client: Any, bookie_id: str, count: int) -> bool:
