@@ -67,6 +67,9 @@ class AutoRecoveryConfig:
     lease_s: float = 30.0
     #: ledgers each worker re-replicates at once
     parallel_ledgers: int = 4
+    #: seconds between replicas checks, which ask every bookie which ledgers it really holds and
+    #: mark what it lacks (auditorReplicasCheckInterval); 0 = only when asked (triggeraudit --replicas)
+    replicas_check_interval_s: float = 86400.0
     #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
     client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -84,6 +87,8 @@ class AutoRecoveryConfig:
             problems.append("'autorecovery.lease_s' must be at least 1 second")
         if self.parallel_ledgers < 1:
             problems.append("'autorecovery.parallel_ledgers' must be at least 1")
+        if self.replicas_check_interval_s < 0:
+            problems.append("'autorecovery.replicas_check_interval_s' must be >= 0 (0 = only on demand)")
         return problems
 
 

@@ -1,15 +1,37 @@
-"""The cookie a bookie keeps in each of its directories (``current/COOKIE``, JSON)."""
+"""The cookie a bookie keeps in each of its directories (``COOKIE``, JSON).
+
+Besides the bookie id, the cluster instance and the directories, a cookie carries an
+*incarnation*: a random id drawn when the cookie is first written, that is when the bookie starts
+on empty (new or formatted) directories. A bookie id that comes back with another incarnation is
+a new bookie under an old name: it holds nothing of what the old one held.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from ledgerstore.errors import CookieMismatchError
 
 COOKIE_FILE = "COOKIE"
+#: the cookie field naming the incarnation
+INCARNATION = "incarnation"
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation id for a bookie starting on empty directories."""
+    return uuid.uuid4().hex
+
+
+def identity(cookie: dict[str, Any] | None) -> str | None:
+    """The incarnation a cookie names: None when there is no cookie, ``""`` for a cookie written
+    before incarnations existed (such a bookie keeps that identity until it is formatted)."""
+    if cookie is None:
+        return None
+    return str(cookie.get(INCARNATION) or "")
 
 
 def cookie_dirs(journal_dir: Path, ledger_dirs: list[Path]) -> list[Path]:
@@ -51,3 +73,22 @@ def write_local(dirs: list[Path], cookie: dict[str, Any]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, d / COOKIE_FILE)
+
+
+def changed_under(dirs: list[Path], cookie: dict[str, Any]) -> list[str]:
+    """Why the cookie files in ``dirs`` no longer match ``cookie`` (the one a running bookie
+    started with), one line per directory; empty when every one still does."""
+    problems = []
+    for d in dirs:
+        p = d / COOKIE_FILE
+        try:
+            found = json.loads(p.read_text())
+        except FileNotFoundError:
+            problems.append(f"{p} is gone")
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"{p} is unreadable ({exc})")
+            continue
+        if found != cookie:
+            problems.append(f"{p} was rewritten (incarnation {identity(found)!r}, this bookie is {identity(cookie)!r})")
+    return problems

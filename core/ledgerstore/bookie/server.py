@@ -24,7 +24,9 @@ from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, Storage
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.compaction import CompactionControl
+from ledgerstore.bookie.dirlock import LOCK_FILE
 from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, Record, encode_record
+from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import (
     InvalidArgumentError,
@@ -148,9 +150,13 @@ class Bookie:
             self.advertised = self.server.address
             _, host, port = split_address(self.advertised)
             self.bookie_id = f"{host}:{port}"
+        self.ownership = Ownership(self.journal_dir, self.ledger_dirs)
         try:
+            # held until stop() (or the process's end): offline tools refuse these directories meanwhile
+            self.ownership.acquire()
             await self._check_cookie()
         except BaseException:
+            self.ownership.release()
             await self.server.close()
             await self.store.close()
             raise
@@ -232,6 +238,8 @@ class Bookie:
             except LedgerStoreError as exc:
                 log.warning("could not unregister: %s", exc)
             await self.store.close()
+        if getattr(self, "ownership", None) is not None:
+            self.ownership.release()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -268,8 +276,10 @@ class Bookie:
                     f"{where}: its directories hold data but no cookie; refusing to adopt them. "
                     "Format them (ledgerstore shell bookieformat) if the data is not needed."
                 )
-            cookies.write_local(dirs, expected)
-            await mgr.put(self.bookie_id, {**expected, "endpoint": self.advertised})
+            fresh = {**expected, cookies.INCARNATION: cookies.new_incarnation()}
+            cookies.write_local(dirs, fresh)
+            await mgr.put(self.bookie_id, {**fresh, "endpoint": self.advertised})
+            self.ownership.cookie = fresh
             return
         if local is None:
             raise LedgerStoreError(
@@ -283,13 +293,16 @@ class Bookie:
                 f"(instance {local.get('instance_id')}); this metadata store may be another cluster's"
             )
         compare_cookies(local, {k: v for k, v in remote.items() if k != "endpoint"}, where)
+        if cookies.INCARNATION in local:
+            expected[cookies.INCARNATION] = local[cookies.INCARNATION]
         compare_cookies(local, expected, where + " (configuration)")
         if remote.get("endpoint") != self.advertised:
             await mgr.put(self.bookie_id, {**local, "endpoint": self.advertised})
+        self.ownership.cookie = local
 
     @staticmethod
     def _has_data(d: Path) -> bool:
-        return d.exists() and any(p.name != cookies.COOKIE_FILE for p in d.iterdir())
+        return d.exists() and any(p.name not in (cookies.COOKIE_FILE, LOCK_FILE) for p in d.iterdir())
 
     def info(self) -> BookieInfo:
         total, used, free = self._disk_usage()
@@ -448,14 +461,16 @@ class Bookie:
         total, used, _ = self._disk_usage()
         frac = used / total if total else 0.0
         was = self.read_only
-        if self.forced_read_only:
+        lost = self.ownership.lost
+        if self.forced_read_only or lost is not None:
             self.read_only = True
         elif frac >= self.config.disk_usage_threshold:
             self.read_only = True
         elif frac < self.config.disk_usage_lwm:
             self.read_only = False
         if self.read_only != was:
-            log.warning("bookie %s is now %s (disk %.1f%% used)", self.bookie_id, "READ-ONLY" if self.read_only else "writable", frac * 100)
+            log.warning("bookie %s is now %s (%s)", self.bookie_id, "READ-ONLY" if self.read_only else "writable",
+                        "it lost its data" if lost is not None else f"disk {frac * 100:.1f}% used")
         return self.read_only != was
 
     async def set_read_only(self, read_only: bool) -> None:
@@ -470,11 +485,32 @@ class Bookie:
     async def _disk_check_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.disk_check_interval_ms / 1000.0)
+            if self.ownership.lost is None and await self.ownership.check(self.store, self.bookie_id):
+                log.error("bookie %s no longer owns its data: %s. It refuses every write from now on and answers "
+                          "the replicas check with nothing, so its ledgers are re-replicated elsewhere. Stop it, then "
+                          "restore its directories or format it (ledgerstore shell bookieformat --delete-cookie)",
+                          self.bookie_id, self.ownership.lost)
+                await self.ownership.ask_for_replicas_check(self.store)
             if self._update_disk_state():
                 try:
                     await self._register()
                 except LedgerStoreError as exc:
                     log.warning("could not update registration: %s", exc)
+
+    def _handle_list_ledgers(self, conn: ServerConnection, req: codec.ListLedgersRequest) -> None:
+        """The ledgers held from ``req.first_ledger_id`` on, with the last entry of each (the
+        auditor's replicas check). A bookie that lost its data holds nothing it could vouch for."""
+        assert self.engine is not None
+        out: list[tuple[int, int]] = []
+        if self.ownership.lost is None:
+            for lid in sorted(lid for lid in self.engine.list_ledgers() if lid >= req.first_ledger_id):
+                try:
+                    out.append((lid, self.engine.last_entry_id(lid)))
+                except NoSuchLedgerError:
+                    continue
+                if len(out) >= req.max_ledgers:
+                    break
+        conn.send(codec.encode_list_ledgers_response(req.request_id, Status.OK, out))
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -514,6 +550,8 @@ class Bookie:
             total, _, free = self._disk_usage()
             conn.send(codec.encode_bookie_info_response(
                 req.request_id, Status.OK, free, total, len(self._master_keys), self.read_only))
+        elif isinstance(req, codec.ListLedgersRequest):
+            self._handle_list_ledgers(conn, req)
         else:
             raise ProtocolError(f"this bookie does not serve {type(req).__name__}")
 

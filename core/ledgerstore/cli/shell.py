@@ -277,16 +277,38 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
 
 
 # --- bookie-local storage tools (run against a bookie's directories, normally while it is stopped) ---------
+#
+# A running bookie locks its directories (bookie/dirlock.py). Every tool here that opens the
+# storage engine or writes takes the same lock for as long as it works, so it refuses, naming the
+# bookie's PID, while the bookie runs, and a bookie cannot start under it meanwhile.
 
 
-def _open_local(config_path: str) -> tuple[Any, Any]:
+def _lock_dirs(cfg: Any, tool: str) -> Any:
+    """The taken lock on the bookie's journal and ledger directories (release it when done)."""
+    from ledgerstore.bookie.dirlock import DirectoryLockedError, DirLock
+
+    lock = DirLock([Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)])
+    try:
+        lock.acquire()
+    except DirectoryLockedError as exc:
+        raise DirectoryLockedError(f"{tool} refused: {exc}") from None
+    return lock
+
+
+def _open_local(config_path: str, tool: str) -> tuple[Any, Any, Any]:
+    """The bookie's config, its storage engine (opened) and the lock held on its directories."""
     from ledgerstore.config import load_bookie_config
     from ledgerstore.plugins import load_driver
 
     cfg = load_bookie_config(config_path)
-    engine = load_driver("storage", cfg.storage)([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)
-    engine.open()
-    return cfg, engine
+    lock = _lock_dirs(cfg, tool)
+    try:
+        engine = load_driver("storage", cfg.storage)([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)
+        engine.open()
+    except BaseException:
+        lock.release()
+        raise
+    return cfg, engine, lock
 
 
 config_option = click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True), required=True,
@@ -302,7 +324,7 @@ def localconsistencycheck(bookie_config: str, as_json: bool) -> None:
     from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError
     from ledgerstore.proto.digest import parse_entry_header
 
-    _, engine = _open_local(bookie_config)
+    _, engine, lock = _open_local(bookie_config, "localconsistencycheck")
     problems: list[str] = []
     checked = 0
     try:
@@ -330,6 +352,7 @@ def localconsistencycheck(bookie_config: str, as_json: bool) -> None:
                 progress.advance(task)
     finally:
         engine.close()
+        lock.release()
     result = {"ledgers": len(ledgers), "entries_checked": checked, "problems": problems, "ok": not problems}
     if as_json:
         emit(result, True)
@@ -404,20 +427,31 @@ def readjournal(bookie_config: str, limit: int, as_json: bool) -> None:
 @json_option
 @handle_errors
 def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: bool) -> None:
-    """Erase a (stopped) bookie's journal and ledger directories so it can join afresh."""
+    """Erase a (stopped) bookie's journal and ledger directories so it can join afresh. Refused,
+    naming its PID, while the bookie (or another tool) holds them."""
     import shutil
 
     from ledgerstore.api.transport import split_address
+    from ledgerstore.bookie.dirlock import LOCK_FILE
     from ledgerstore.config import load_bookie_config
 
     cfg = load_bookie_config(bookie_config)
     dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
-    if not force and not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
-        raise click.Abort()
-    for d in dirs:
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
+    lock = _lock_dirs(cfg, "bookieformat")
+    try:
+        if not force and not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
+            raise click.Abort()
+        for d in dirs:  # everything but the lock file we hold
+            for p in list(d.iterdir()) if d.exists() else []:
+                if p.name == LOCK_FILE:
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+            d.mkdir(parents=True, exist_ok=True)
+    finally:
+        lock.release()
     if delete_cookie:
         from ledgerstore.meta.bookies import CookieManager
         from ledgerstore.plugins import create_metadata_store
@@ -462,7 +496,7 @@ def gc_command(bookie_config: str | None, http_address: str | None, token_file: 
         from ledgerstore.meta.ledgers import LedgerManager
         from ledgerstore.plugins import create_metadata_store
 
-        cfg, engine = _open_local(bookie_config)
+        cfg, engine, lock = _open_local(bookie_config, "gc")
         try:
             async def orphans() -> list[int]:
                 store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
@@ -488,6 +522,7 @@ def gc_command(bookie_config: str | None, http_address: str | None, token_file: 
                       "reclaimed_bytes": max(0, before - after.bytes_on_disk)}
         finally:
             engine.close()
+            lock.release()
     else:
         raise click.UsageError("give --http HOST:PORT of a running bookie or --config of a stopped one")
     if as_json:

@@ -39,6 +39,8 @@ class Op(enum.IntEnum):
     ADD_BATCH = 6
     #: many entries of one ledger in one request; one answer carrying them
     READ_MULTI = 7
+    #: the ledgers a bookie holds, with the last entry of each (the auditor's replicas check)
+    LIST_LEDGERS = 8
 
 
 class Status(enum.IntEnum):
@@ -462,6 +464,8 @@ def decode_request(frame: bytes, max_frame_size: int | None = None) -> Request:
         if ids and min(ids) < 0:
             raise _out_of_range("entry id", min(ids))
         return ReadMultiRequest(rid, lid, ids)
+    if op == Op.LIST_LEDGERS:
+        return decode_list_ledgers(frame, rid, flags)  # type: ignore[return-value]
     raise ProtocolError(f"unknown opcode {op}")
 
 
@@ -504,6 +508,8 @@ def decode_response(frame: bytes) -> Response:
     if status not in _STATUS_VALUES:
         raise ProtocolError(f"unknown status {status} in response to request {rid}")
     h = HEADER_SIZE
+    if op == Op.LIST_LEDGERS:
+        return decode_list_ledgers_response(frame, status, rid)
     if op not in (1, 2, 3, 4, 5, 6, 7):
         raise ProtocolError(f"unknown opcode {op} in response")
     if len(frame) == h and status != Status.OK:
@@ -554,3 +560,59 @@ def decode_response(frame: bytes) -> Response:
         raise ProtocolError(f"bookie-info response must be {h + _R_INFO.size} bytes, got {len(frame)}")
     free, total, ledgers, ro = _R_INFO.unpack_from(frame, h)
     return Response(Op.BOOKIE_INFO, status, rid, free_bytes=free, total_bytes=total, ledgers=ledgers, read_only=bool(ro))
+
+
+# --- LIST_LEDGERS: which ledgers a bookie holds -------------------------------------------------
+#
+# request body:  u64 first ledger id | u32 most ledgers to return
+# response body: u32 count | count x (u64 ledger id, i64 last entry id stored, -1 if none)
+# Ledgers come in ascending id order from the first asked for; fewer than asked for means there
+# are no more, so a client pages by asking again from the last id returned + 1.
+
+_LIST_LEDGERS = struct.Struct(">QI")
+_R_LIST_ITEM = struct.Struct(">Qq")
+#: most ledgers one LIST_LEDGERS answer carries (16 bytes each: 1 MiB)
+MAX_LIST_LEDGERS = 65536
+
+
+class ListLedgersRequest(NamedTuple):
+    request_id: int
+    first_ledger_id: int = 0
+    max_ledgers: int = MAX_LIST_LEDGERS
+
+
+def encode_list_ledgers(request_id: int, first_ledger_id: int = 0, max_ledgers: int = MAX_LIST_LEDGERS) -> bytes:
+    return HEADER.pack(PROTOCOL_VERSION, Op.LIST_LEDGERS, 0, request_id) + _LIST_LEDGERS.pack(
+        first_ledger_id, max_ledgers)
+
+
+def encode_list_ledgers_response(request_id: int, status: int, ledgers: Sequence[tuple[int, int]]) -> bytes:
+    """``ledgers``: ``(ledger id, last entry id)`` pairs in ascending ledger id order."""
+    return b"".join((HEADER.pack(PROTOCOL_VERSION, Op.LIST_LEDGERS, status, request_id),
+                     struct.pack(">I", len(ledgers)),
+                     b"".join([_R_LIST_ITEM.pack(lid, last) for lid, last in ledgers])))
+
+
+def decode_list_ledgers(frame: bytes, rid: int, flags: int = 0) -> ListLedgersRequest:
+    if len(frame) != HEADER_SIZE + _LIST_LEDGERS.size:
+        raise ProtocolError(f"list-ledgers request must be {HEADER_SIZE + _LIST_LEDGERS.size} bytes, got {len(frame)}")
+    if flags:
+        raise ProtocolError(f"list-ledgers flags {flags} is out of range")
+    first, most = _LIST_LEDGERS.unpack_from(frame, HEADER_SIZE)
+    if first > 0x7FFF_FFFF_FFFF_FFFF or not 0 < most <= MAX_LIST_LEDGERS:
+        raise ProtocolError(f"list-ledgers request from ledger {first} for {most} ledgers is out of range "
+                            f"(at most {MAX_LIST_LEDGERS})")
+    return ListLedgersRequest(rid, first, most)
+
+
+def decode_list_ledgers_response(frame: bytes, status: int, rid: int) -> Response:
+    """``items`` of the response: ``((ledger id, last entry id), ...)``."""
+    h = HEADER_SIZE
+    if len(frame) == h and status != Status.OK:
+        return Response(Op.LIST_LEDGERS, status, rid)
+    _check(frame, h + 4, "list-ledgers response")
+    (count,) = struct.unpack_from(">I", frame, h)
+    if count > MAX_LIST_LEDGERS or len(frame) != h + 4 + _R_LIST_ITEM.size * count:
+        raise ProtocolError(f"list-ledgers response of {len(frame)} bytes does not hold {count} ledgers")
+    flat = struct.unpack_from(f">{'Qq' * count}", frame, h + 4)
+    return Response(Op.LIST_LEDGERS, status, rid, items=tuple(zip(flat[::2], flat[1::2], strict=True)), count=count)

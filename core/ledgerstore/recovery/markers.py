@@ -7,12 +7,20 @@ Layout below :data:`ledgerstore.meta.layout.UNDERREPLICATION`::
     /underreplication/enable                        {"enabled": bool}; absent = enabled
     /underreplication/lostbookierecoverydelay       {"seconds": float}; absent = each process's config
     /underreplication/audittrigger                  written to ask the auditor for a full check now
+                                                    ({"replicas": true}: and a replicas check)
+    /underreplication/lostbookies/<bookie id>       what was lost of a bookie (see :class:`LossRecord`)
     /underreplication/decommission/<bookie id>      bookies being decommissioned
     /underreplication/auditor/candidates/<id>       auditor election (ephemeral; see election.py)
 
 A marker is claimed by compare-and-set (owner + lease), renewed while its worker works, and
 deleted by compare-and-set when no fragment of the ledger holds a missing bookie any more. A
 killed worker's lease lapses and another worker takes the marker over.
+
+A bookie id is not a bookie: a formatted bookie restarted under the same id holds nothing of what
+it held before. So whoever marks ledgers for a bookie first writes a :class:`LossRecord` saying
+which incarnation (cookie) of it was lost and why, and a worker treats the bookie as back only if
+that same incarnation is registered again after it had merely gone away (see
+:meth:`UnderReplicationManager.came_back`).
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ledgerstore.api import NOT_EXISTS, MetadataStore
+from ledgerstore.bookie.cookie import identity
 from ledgerstore.errors import BadVersionError, LedgerStoreError, MetadataError, NoSuchKeyError
 from ledgerstore.meta import layout
+from ledgerstore.meta.bookies import CookieManager
 
 MARKERS = f"{layout.UNDERREPLICATION}/ledgers"
 ENABLE = f"{layout.UNDERREPLICATION}/enable"
@@ -33,6 +43,13 @@ LOST_BOOKIE_DELAY = f"{layout.UNDERREPLICATION}/lostbookierecoverydelay"
 AUDIT_TRIGGER = f"{layout.UNDERREPLICATION}/audittrigger"
 DECOMMISSION = f"{layout.UNDERREPLICATION}/decommission"
 CANDIDATES = f"{layout.UNDERREPLICATION}/auditor/candidates"
+LOST_BOOKIES = f"{layout.UNDERREPLICATION}/lostbookies"
+
+#: why a bookie's ledgers were marked (:attr:`LossRecord.reason`)
+GONE = "gone"  # unregistered for longer than the lost-bookie delay: its data may come back with it
+REFORMATTED = "reformatted"  # registered again with another incarnation: its old data is gone
+NOT_HELD = "not-held"  # the replicas check found it lacks data it should hold
+DECOMMISSIONED = "decommissioned"
 
 
 class ReplicationError(LedgerStoreError):
@@ -63,6 +80,29 @@ class PendingSwap:
 
 
 @dataclasses.dataclass
+class LossRecord:
+    """What is known of a bookie whose ledgers were marked: the incarnation lost (its cookie's,
+    see :func:`ledgerstore.bookie.cookie.identity`; None if it had no cookie any more) and why."""
+
+    bookie_id: str
+    incarnation: str | None
+    reason: str
+    since: float
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"incarnation": self.incarnation, "reason": self.reason, "since": self.since}).encode()
+
+    @classmethod
+    def from_bytes(cls, bookie_id: str, data: bytes) -> LossRecord:
+        try:
+            d = json.loads(data)
+            inc = d.get("incarnation")
+            return cls(bookie_id, None if inc is None else str(inc), str(d["reason"]), float(d.get("since", 0.0)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MetadataError(f"corrupt lost-bookie record of {bookie_id}: {exc}") from exc
+
+
+@dataclasses.dataclass
 class Marker:
     """One under-replicated ledger. ``version`` is the store version it was read at."""
 
@@ -75,6 +115,9 @@ class Marker:
     last_error: str = ""
     #: no worker takes the marker before this (backoff after a failure, an open ledger's grace)
     not_before: float = 0.0
+    #: the incarnation of each missing bookie when it was found missing (informational: the
+    #: worker decides by the bookie's :class:`LossRecord`)
+    incarnations: dict[str, str | None] = dataclasses.field(default_factory=dict)
     version: int | None = None
 
     def claimable(self, now: float) -> bool:
@@ -94,6 +137,7 @@ class Marker:
             "pending": [p.to_dict() for p in self.pending],
             "last_error": self.last_error,
             "not_before": self.not_before,
+            "incarnations": self.incarnations,
         }
         return json.dumps(d, separators=(",", ":")).encode()
 
@@ -110,6 +154,7 @@ class Marker:
                 pending=[PendingSwap.from_dict(p) for p in d.get("pending", [])],
                 last_error=str(d.get("last_error", "")),
                 not_before=float(d.get("not_before", 0.0)),
+                incarnations={str(k): None if v is None else str(v) for k, v in d.get("incarnations", {}).items()},
                 version=version,
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -129,24 +174,28 @@ class UnderReplicationManager:
 
     # --- markers ---------------------------------------------------------------------------------
 
-    async def mark(self, ledger_id: int, missing: set[str] | list[str]) -> bool:
+    async def mark(self, ledger_id: int, missing: set[str] | list[str],
+                   incarnations: dict[str, str | None] | None = None) -> bool:
         """Mark ``ledger_id`` under-replicated for ``missing`` bookies, merging with an existing
-        marker (its owner keeps it). Returns True if the store changed."""
+        marker (its owner keeps it). ``incarnations``: what was lost of each (recorded in the
+        marker for operators). Returns True if the store changed."""
         want = set(missing)
         if not want:
             return False
+        known = {b: (incarnations or {}).get(b) for b in want}
         path = marker_path(ledger_id)
         while True:
             got = await self.store.get(path)
             try:
                 if got is None:
-                    m = Marker(ledger_id, sorted(want), time.time())
+                    m = Marker(ledger_id, sorted(want), time.time(), incarnations=known)
                     await self.store.put(path, m.to_bytes(), NOT_EXISTS)
                     return True
                 m = Marker.from_bytes(got.value, got.version)
                 if want <= set(m.missing):
                     return False
                 m.missing = sorted(set(m.missing) | want)
+                m.incarnations = {**known, **m.incarnations}
                 await self.store.put(path, m.to_bytes(), got.version)
                 return True
             except BadVersionError:
@@ -260,8 +309,68 @@ class UnderReplicationManager:
     async def set_lost_bookie_delay(self, seconds: float) -> None:
         await self.store.put(LOST_BOOKIE_DELAY, json.dumps({"seconds": float(seconds)}).encode())
 
-    async def trigger_audit(self) -> None:
-        await self.store.put(AUDIT_TRIGGER, json.dumps({"at": time.time()}).encode())
+    async def trigger_audit(self, replicas: bool = False) -> None:
+        """Ask the auditor for a full check now; with ``replicas`` also for a replicas check
+        (every bookie asked which ledgers it holds)."""
+        await self.store.put(AUDIT_TRIGGER, json.dumps({"at": time.time(), "replicas": replicas}).encode())
+
+    async def audit_trigger(self) -> dict[str, Any]:
+        """The last trigger written (``{}`` if none)."""
+        got = await self.store.get(AUDIT_TRIGGER)
+        if got is None:
+            return {}
+        try:
+            d = json.loads(got.value)
+        except ValueError:
+            return {}
+        return d if isinstance(d, dict) else {}
+
+    # --- lost bookies ------------------------------------------------------------------------------
+
+    async def loss(self, bookie_id: str) -> LossRecord | None:
+        got = await self.store.get(f"{LOST_BOOKIES}/{bookie_id}")
+        return None if got is None else LossRecord.from_bytes(bookie_id, got.value)
+
+    async def note_loss(self, bookie_id: str, incarnation: str | None, reason: str) -> LossRecord:
+        """Record that ``incarnation`` of ``bookie_id`` was lost, before marking its ledgers. A
+        record saying the data is gone for good (anything but :data:`GONE`) is never weakened
+        back to :data:`GONE`. Returns the record in force."""
+        path = f"{LOST_BOOKIES}/{bookie_id}"
+        while True:
+            got = await self.store.get(path)
+            if got is not None:
+                old = LossRecord.from_bytes(bookie_id, got.value)
+                if reason == GONE or (old.reason != GONE and old.incarnation == incarnation):
+                    return old
+            rec = LossRecord(bookie_id, incarnation, reason, time.time())
+            try:
+                await self.store.put(path, rec.to_bytes(), NOT_EXISTS if got is None else got.version)
+                return rec
+            except BadVersionError:
+                continue
+
+    async def forget_loss(self, bookie_id: str) -> None:
+        try:
+            await self.store.delete(f"{LOST_BOOKIES}/{bookie_id}")
+        except NoSuchKeyError:
+            pass
+
+    async def lost_bookies(self) -> list[str]:
+        return sorted(await self.store.children(LOST_BOOKIES))
+
+    async def incarnation(self, bookie_id: str) -> str | None:
+        """The incarnation the cluster's cookie for ``bookie_id`` names (None: no cookie)."""
+        return identity(await CookieManager(self.store).get(bookie_id))
+
+    async def came_back(self, bookie_id: str) -> bool:
+        """Whether ``bookie_id``, registered again, holds what its markers say it lacks: only if
+        it had merely gone away and the same incarnation returned. Without a record (markers an
+        operator tool wrote for a bookie that was down) a registered bookie is taken at its word."""
+        rec = await self.loss(bookie_id)
+        if rec is None:
+            return True
+        return (rec.reason == GONE and rec.incarnation is not None
+                and rec.incarnation == await self.incarnation(bookie_id))
 
     async def decommissioning(self) -> set[str]:
         return set(await self.store.children(DECOMMISSION))
