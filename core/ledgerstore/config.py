@@ -68,7 +68,8 @@ class AutoRecoveryConfig:
     #: ledgers each worker re-replicates at once
     parallel_ledgers: int = 4
     #: seconds between replicas checks, which ask every bookie which ledgers it really holds and
-    #: mark what it lacks (auditorReplicasCheckInterval); 0 = only when asked (triggeraudit --replicas)
+    #: mark what it lacks (auditorReplicasCheckInterval); 0 = only on request (a bookie that finds
+    #: its data gone asks for one)
     replicas_check_interval_s: float = 86400.0
     #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
     client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -27,11 +27,15 @@ from ledgerstore.aio import Client
 from ledgerstore.bookie.cookie import COOKIE_FILE
 from ledgerstore.bookie.dirlock import LOCK_FILE
 from ledgerstore.cluster import LocalCluster
-from ledgerstore.meta.bookies import BookieRegistry
+from ledgerstore.errors import ProtocolError
+from ledgerstore.meta.bookies import BookieRegistry, CookieManager
+from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
+from ledgerstore.plugins import create_metadata_store
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import master_key
-from ledgerstore.recovery.markers import NOT_HELD, REFORMATTED, UnderReplicationManager
+from ledgerstore.recovery.markers import GONE, NOT_HELD, REFORMATTED, UnderReplicationManager
+from ledgerstore.recovery.replicas import needed_last_entry
 from tests.integration.test_autorecovery import (
     extra_config,
     rereplicated,
@@ -238,3 +242,57 @@ async def _ready(path: Path) -> bool:
 
 async def _is_auditor(urm: UnderReplicationManager) -> bool:
     return (await urm.auditor() or "").startswith("autorecovery-")
+
+
+# --- the pieces, without processes -----------------------------------------------------------------
+
+
+def test_list_ledgers_frames_round_trip_and_refuse_nonsense() -> None:
+    req = codec.decode_request(codec.encode_list_ledgers(7, 42, 100))
+    assert req == codec.ListLedgersRequest(7, 42, 100)
+    resp = codec.decode_response(codec.encode_list_ledgers_response(7, Status.OK, [(42, 199), (43, -1)]))
+    assert (resp.op, resp.status, resp.request_id, resp.items) == (codec.Op.LIST_LEDGERS, Status.OK, 7,
+                                                                  ((42, 199), (43, -1)))
+    refused = codec.decode_response(codec.encode_error_response(codec.Op.LIST_LEDGERS, 7, Status.BAD_REQUEST))
+    assert refused.status == Status.BAD_REQUEST and refused.items == ()
+    for bad in (codec.encode_list_ledgers(7, 0, 0), codec.encode_list_ledgers(7, 0, codec.MAX_LIST_LEDGERS + 1),
+                codec.encode_list_ledgers(7, 0, 10)[:-1]):
+        with pytest.raises(ProtocolError):
+            codec.decode_request(bad)
+    with pytest.raises(ProtocolError):
+        codec.decode_response(codec.encode_list_ledgers_response(7, Status.OK, [(1, 2)])[:-1])
+
+
+def test_a_bookie_must_hold_each_fragment_up_to_its_last_entry_in_its_write_sets() -> None:
+    # E3 Qw2: entry e goes to indexes e%3 and (e+1)%3; two fragments, b3 replacing b1 at entry 10
+    md = LedgerMetadata(1, 3, 2, 2, "crc32c", "", [(0, ["b0", "b1", "b2"]), (10, ["b0", "b3", "b2"])],
+                        state=LedgerState.CLOSED, last_entry_id=20)
+    assert needed_last_entry(md, "b1") == 9  # index 1 holds entries 0,1 mod 3: 9 is the last below 10
+    assert needed_last_entry(md, "b3") == 19  # 20 % 3 == 2: entry 20 goes to indexes 2 and 0
+    assert needed_last_entry(md, "b0") == 20
+    assert needed_last_entry(md, "b9") is None
+    empty = LedgerMetadata(2, 3, 2, 2, "crc32c", "", [(0, ["b0", "b1", "b2"])], state=LedgerState.CLOSED)
+    assert needed_last_entry(empty, "b0") is None
+
+
+def test_only_the_same_incarnation_coming_back_counts_as_back(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = create_metadata_store(f"sqlite://{tmp_path / 'md.db'}")
+        await store.start()
+        try:
+            urm, cookies = UnderReplicationManager(store), CookieManager(store)
+            await cookies.put("b", {"incarnation": "one"})
+            assert await urm.came_back("b")  # no record: an operator's marker, taken at its word
+            await urm.note_loss("b", "one", GONE)
+            assert await urm.came_back("b")
+            await cookies.put("b", {"incarnation": "two"})  # formatted and back
+            assert not await urm.came_back("b")
+            await urm.note_loss("b", "one", REFORMATTED)
+            await urm.note_loss("b", "one", GONE)  # never weakened back to "gone"
+            assert (await urm.loss("b")).reason == REFORMATTED  # type: ignore[union-attr]
+            await cookies.put("b", {"incarnation": "one"})
+            assert not await urm.came_back("b")
+        finally:
+            await store.close()
+
+    run(main())
