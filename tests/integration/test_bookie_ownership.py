@@ -36,7 +36,9 @@ from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import master_key
 from ledgerstore.recovery.markers import GONE, NOT_HELD, REFORMATTED, UnderReplicationManager
 from ledgerstore.recovery.replicas import needed_last_entry
+from tests.conftest import ClusterConfig
 from tests.integration.test_autorecovery import (
+    BACKENDS,
     extra_config,
     rereplicated,
     verify_replicas,
@@ -177,9 +179,11 @@ def _victim(cluster: LocalCluster, n: int) -> int:
     return next(i for i in reversed(range(n)) if cluster.bookie_id(i) != auditor)
 
 
-def test_a_formatted_bookie_back_under_its_id_gets_its_ledgers_rereplicated(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_formatted_bookie_back_under_its_id_gets_its_ledgers_rereplicated(cluster_factory, backend: str) -> None:  # type: ignore[no-untyped-def]
     # a long lost-bookie delay: the victim is back long before its absence alone would mark anything
-    cluster: LocalCluster = cluster_factory(4, extra_bookie_config=extra_config(lost_bookie_recovery_delay_s=120.0))
+    cluster: LocalCluster = cluster_factory(4, ClusterConfig(backend, "entrylog", "tcp"),
+                                            extra_bookie_config=extra_config(lost_bookie_recovery_delay_s=120.0))
     cluster.start()
     victim = _victim(cluster, 4)
     gone = cluster.bookie_id(victim)

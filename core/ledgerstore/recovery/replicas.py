@@ -16,6 +16,7 @@ writers (and to recovery when they are closed).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 RECHECK_DELAY_S = 1.0
 #: ledgers asked for per request
 PAGE = 16384
+
+
+def _list_frame(rid: int, first: int, most: int) -> bytes:
+    return codec.encode_list_ledgers(rid, first, most)
 
 
 def needed_last_entry(md: LedgerMetadata, bookie_id: str) -> int | None:
@@ -75,16 +80,15 @@ class ReplicasCheck:
         while True:
             page = PAGE if most is None else min(PAGE, most - len(out))
             try:
-                resp = await channel.request(
-                    lambda rid, first=first, page=page: codec.encode_list_ledgers(rid, first, page), self.timeout_s)
+                resp = await channel.request(functools.partial(_list_frame, first=first, most=page), self.timeout_s)
             except LedgerStoreError as exc:
                 log.warning("replicas check: bookie %s did not answer (%s); skipped", bookie_id, exc)
                 return None
             if resp.status != Status.OK:
                 log.warning("replicas check: bookie %s answered %s; skipped", bookie_id, Status(resp.status).name)
                 return None
-            for lid, last in resp.items:
-                out[int(lid)] = int(last)
+            for item in resp.items:
+                out[int(item[0])] = int(item[1])
             if len(resp.items) < page or (most is not None and len(out) >= most):
                 return out
             first = int(resp.items[-1][0]) + 1
