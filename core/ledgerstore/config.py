@@ -234,7 +234,6 @@ class BookieConfig:
                 problems.append(f"'{name}' must be at least 1")
         problems.extend(self.autorecovery.validate())
         problems.extend(self.http.validate())
-        problems.extend(self.http.validate())
         return problems
 
 
@@ -450,9 +449,6 @@ def _relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             out[key] = str(base / out[key])
     if isinstance(out.get("ledger_dirs"), list):
         out["ledger_dirs"] = [d if not isinstance(d, str) or os.path.isabs(d) else str(base / d) for d in out["ledger_dirs"]]
-    if isinstance(out.get("http"), dict):  # the admin HTTP token and TLS files
-        out["http"] = {k: str(base / v) if k.endswith("_file") and isinstance(v, str) and v and not os.path.isabs(v)
-                       else v for k, v in out["http"].items()}
     if isinstance(out.get("http"), dict):  # the admin HTTP token and TLS files
         out["http"] = {k: str(base / v) if k.endswith("_file") and isinstance(v, str) and v and not os.path.isabs(v)
                        else v for k, v in out["http"].items()}
