@@ -22,16 +22,11 @@ import pytest
 
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
-from ledgerstore.meta.ledgers import LedgerState
-from ledgerstore.proto import codec
-from ledgerstore.proto.codec import Status
-from ledgerstore.proto.digest import DigestManager
+from tests.integration.invariants import check_closed_ledger, fault_seeds
 
 WRITER = str(Path(__file__).with_name("writer_proc.py"))
-if os.environ.get("LEDGERSTORE_FAULT_SEED"):
-    SEEDS = [int(os.environ["LEDGERSTORE_FAULT_SEED"])]
-else:
-    SEEDS = list(range(1, int(os.environ.get("LEDGERSTORE_FAULT_SEEDS", "50")) + 1))
+SEEDS = fault_seeds(50)
+pytestmark = pytest.mark.slow
 
 
 class Writer:
@@ -98,38 +93,9 @@ def test_random_faults_keep_the_invariants(fault_cluster: LocalCluster, seed: in
         async with Client(metadata=cluster.metadata, add_timeout_s=5) as a, Client(metadata=cluster.metadata) as b:
             ra, rb = await asyncio.gather(a.open_ledger(writer.ledger_id, b"pw"),
                                           b.open_ledger(writer.ledger_id, b"pw"))
-            md = await a.ledger_metadata(writer.ledger_id)
-            last = md.last_entry_id
-            # concurrent recoverers converge; the ledger is closed
-            assert md.state is LedgerState.CLOSED, failure
-            assert ra.last_add_confirmed == rb.last_add_confirmed == last, failure
-            # no divergence: everything acknowledged is in the closed ledger
-            assert acked == list(range(len(acked))), f"{failure}: acks out of order"
-            assert last >= (acked[-1] if acked else -1), f"{failure}: closed at {last}, below an ack"
-            # no gaps and no out-of-order entries: 0..last all read back, with the writer's payloads
-            got = await ra.read(0, last) if last >= 0 else []
-            assert [e.payload for e in got] == [b"entry-%08d" % i for i in range(last + 1)], failure
-            # every acknowledged entry has at least Qa valid copies in its write set, so it survives
-            # the loss of Qa - 1 bookies
-            dm = DigestManager(writer.ledger_id, md.digest_type, b"pw")
-            sample = acked if len(acked) <= 600 else rnd.sample(acked, 600)
-
-            async def copies(e: int) -> int:
-                _, ensemble = md.ensemble_for(e)
-                n = 0
-                for idx in md.write_set(e):
-                    try:
-                        r = await a.pool.get(ensemble[idx]).request(
-                            lambda rid, bid=ensemble[idx]: codec.encode_read(rid, writer.ledger_id, e), 10)
-                    except Exception:
-                        continue
-                    if r.status == Status.OK:
-                        dm.verify(r.entry, e)
-                        n += 1
-                return n
-
-            counts = await asyncio.gather(*(copies(e) for e in sample))
-            low = [(e, c) for e, c in zip(sample, counts, strict=True) if c < qa]
-            assert not low, f"{failure}: entries with fewer than Qa={qa} copies: {low[:10]}"
+            # concurrent recoverers converge on one last entry; then the invariants of a closed ledger
+            md = await check_closed_ledger(a, writer.ledger_id, b"pw", acked, failure=failure,
+                                           copies_of=acked if len(acked) <= 600 else rnd.sample(acked, 600))
+            assert ra.last_add_confirmed == rb.last_add_confirmed == md.last_entry_id, failure
 
     asyncio.run(asyncio.wait_for(check(), 120))
