@@ -67,6 +67,17 @@ async def rereplicate(client: Client, ledger_id: int, missing: set[str], **setti
     assert await worker.process(m)
 
 
+async def auto_recover_while_decommissioning(client: Client, ledger_id: int, decommissioned: str,
+                                             unreachable: str) -> LedgerMetadata:
+    """``decommissioned`` is being decommissioned and every request of ``client`` to
+    ``unreachable`` is lost; a worker on ``client`` re-replicates the ledger. Returns its metadata."""
+    markers = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+    await markers.start_decommission(decommissioned)
+    FaultInjector().install(client).drop(unreachable)
+    await rereplicate(client, ledger_id, {decommissioned})
+    return await client.ledger_metadata(ledger_id)
+
+
 def test_auto_recovery_of_an_open_ledger_keeps_an_entry_acked_by_a_decommissioned_bookie(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     """E3 Qw3 Qa2: entry 10 is acknowledged by b1 and b2 only; b2 is being decommissioned and the
     worker's requests to b1 are lost. Recovering the ledger as its metadata names it still finds
@@ -87,12 +98,7 @@ def test_auto_recovery_of_an_open_ledger_keeps_an_entry_acked_by_a_decommissione
             assert await lh.append(b"e10") == 10  # acknowledged by b1 and b2
             hold_b0.discard()
 
-            markers = UnderReplicationManager(worker_client.store)  # type: ignore[arg-type]
-            await markers.start_decommission(b2)
-            FaultInjector().install(worker_client).drop(b1)  # every request to b1 is lost
-            await rereplicate(worker_client, lh.ledger_id, {b2})
-
-            md = await worker_client.ledger_metadata(lh.ledger_id)
+            md = await auto_recover_while_decommissioning(worker_client, lh.ledger_id, b2, b1)
             assert md.state is LedgerState.CLOSED
             assert md.last_entry_id == 10, f"acknowledged entry 10 lost: closed at {md.last_entry_id}"
             assert b2 not in md.bookies(), md.ensembles
@@ -121,11 +127,7 @@ def test_auto_recovery_never_counts_an_unfenced_replacement_as_fenced(cluster_fa
             b0, b1, b2 = lh.md.current_ensemble
             for i in range(20):
                 await lh.append(b"e%d" % i)
-            markers = UnderReplicationManager(worker_client.store)  # type: ignore[arg-type]
-            await markers.start_decommission(b2)
-            FaultInjector().install(worker_client).drop(b1)
-            await rereplicate(worker_client, lh.ledger_id, {b2})
-            md = await worker_client.ledger_metadata(lh.ledger_id)
+            md = await auto_recover_while_decommissioning(worker_client, lh.ledger_id, b2, b1)
             assert md.state is LedgerState.CLOSED and md.last_entry_id == 19
 
             # the live writer wakes; b0's answers come last (held), so b1 and b2 decide
