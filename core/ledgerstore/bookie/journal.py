@@ -34,6 +34,7 @@ from typing import Any
 import crc32c
 
 from ledgerstore.errors import BookieIOError
+from ledgerstore.latency import LatencyHistogram
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ class Journal:
         self.max_file_size = max_file_size
         self.max_backups = max_backups
         self.sync = sync
-        self._queue: queue.SimpleQueue[tuple[bytes, Any, int] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[bytes, Any, int, float, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1
@@ -226,6 +227,15 @@ class Journal:
         self.bytes_written = 0
         self.fsync_seconds = 0.0
         self.last_group_size = 0
+        # latency histograms, one observation per append (a request or a batch) or per group:
+        #: append -> group taken by the writer thread (BookKeeper's JOURNAL_QUEUE_LATENCY)
+        self.queue_seconds = LatencyHistogram()
+        #: append -> its group fsync'd (JOURNAL_ADD_ENTRY)
+        self.add_seconds = LatencyHistogram()
+        #: one fdatasync per group (JOURNAL_SYNC)
+        self.sync_seconds = LatencyHistogram()
+        #: request received (``started`` given to append) -> answered on the loop (ADD_ENTRY_REQUEST)
+        self.request_seconds = LatencyHistogram()
 
     # --- replay --------------------------------------------------------------------------------
 
@@ -255,11 +265,18 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
-    def append(self, record: bytes, token: Any, records: int = 1) -> None:
-        """Queue bytes holding ``records`` records (from the event loop). Never blocks."""
+    def append(self, record: bytes, token: Any, records: int = 1, started: float = 0.0) -> None:
+        """Queue bytes holding ``records`` records (from the event loop). Never blocks.
+
+        ``started`` is the ``time.perf_counter()`` at which the request behind the record
+        arrived: given, the time until its answer is counted in :attr:`request_seconds`."""
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
-        self._queue.put((record, token, records))
+        self._queue.put((record, token, records, time.perf_counter(), started))
+
+    def queue_size(self) -> int:
+        """Appends waiting for the writer thread (approximate)."""
+        return self._queue.qsize()
 
     def durable_mark(self) -> LogMark:
         """Position up to which every record is on disk (for the checkpoint)."""
@@ -292,6 +309,8 @@ class Journal:
             tokens = [item[1]]
             nrecords = item[2]
             size = len(item[0])
+            queued = [item[3]]
+            started = [item[4]]
             stop = False
             deadline = time.monotonic() + self.max_group_wait
             while size < self.max_group_bytes:
@@ -314,6 +333,9 @@ class Journal:
                 tokens.append(nxt[1])
                 nrecords += nxt[2]
                 size += len(nxt[0])
+                queued.append(nxt[3])
+                started.append(nxt[4])
+            taken = time.perf_counter()
             try:
                 self._write_group(bufs, size, nrecords)
             except OSError as exc:
@@ -321,9 +343,28 @@ class Journal:
                 log.error("journal write failed, no further adds are acknowledged: %s", exc)
                 loop.call_soon_threadsafe(self.on_durable, [("journal-error", exc, tokens)])
                 break
-            loop.call_soon_threadsafe(self.on_durable, tokens)
+            self._observe_group(queued, taken)
+            loop.call_soon_threadsafe(self._answer, tokens, started)
             if stop:
                 break
+
+    def _observe_group(self, queued: list[float], taken: float) -> None:
+        """Queue and add latencies of a durable group: one observation per append (per request
+        or batch), on the writer thread that alone updates these histograms."""
+        durable = time.perf_counter()
+        q, a = self.queue_seconds.observe, self.add_seconds.observe
+        for t in queued:
+            q(taken - t)
+            a(durable - t)
+
+    def _answer(self, tokens: list[Any], started: list[float]) -> None:
+        """On the loop: answer a durable group, then count its requests' latencies."""
+        self.on_durable(tokens)
+        now = time.perf_counter()
+        observe = self.request_seconds.observe
+        for t in started:
+            if t:
+                observe(now - t)
 
     def _write_group(self, bufs: list[bytes], size: int, nrecords: int) -> None:
         if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
@@ -337,7 +378,9 @@ class Journal:
         if self.sync:
             t0 = time.perf_counter()
             os.fdatasync(self._fd)
-            self.fsync_seconds += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.fsync_seconds += took
+            self.sync_seconds.observe(took)
         self._offset += size
         self.groups += 1
         self.records += nrecords

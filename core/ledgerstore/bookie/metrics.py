@@ -8,16 +8,21 @@ bookies in one process (tests, ``standalone``) never mix their figures.
 Names follow Prometheus conventions (``ledgerstore_`` prefix, ``_total`` counters, base units)
 and map onto BookKeeper's bookie stats: ``ADD_ENTRY`` → ``ledgerstore_bookie_add_requests_total``,
 ``JOURNAL_FORCE_WRITE_GROUPING_COUNT`` → ``ledgerstore_journal_group_records``, and so on (see
-``docs/admin-http.md``).
+``docs/admin-http.md``). Latencies are histograms in seconds under our names and, besides, under
+BookKeeper's documented names as BookKeeper exposes them (``bookkeeper_server_ADD_ENTRY_REQUEST``,
+``bookie_journal_JOURNAL_SYNC``, ...: summaries in milliseconds, see :mod:`ledgerstore.latency`),
+so a dashboard written for BookKeeper works on a ledgerstore bookie.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -33,53 +38,23 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ledgerstore import __version__
+from ledgerstore.latency import (
+    LatencyHistogram,
+    bookkeeper_counter,
+    bookkeeper_gauge,
+    histogram_families,
+)
 
 log = logging.getLogger(__name__)
 
+#: the event-loop lag probe sleeps this long and counts how late it wakes up
+LOOP_LAG_PROBE_S = 0.25
 #: upper bounds of the journal group-size histogram, in records per fsync
 GROUP_SIZE_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
+#: refusal statuses of adds exported (at zero) before any happened
+_USUAL_REJECTIONS = ("READ_ONLY", "FENCED", "UNAUTHORIZED", "TOO_MANY_REQUESTS", "IO_ERROR", "BAD_REQUEST")
 _NOT_NAME = re.compile(r"[^a-zA-Z0-9_]")
-
-
-class FixedHistogram:
-    """A cumulative-bucket histogram updated from the event loop and read by the scraper.
-
-    Unlike ``prometheus_client.Histogram`` it takes no lock: it is only ever updated from the
-    bookie's event loop thread, and a scrape that reads it mid-update is off by one observation
-    at most, which Prometheus rates absorb.
-    """
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last slot is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        """Count one observation of ``value``."""
-        i = 0
-        for b in self.bounds:
-            if value <= b:
-                break
-            i += 1
-        self.counts[i] += 1
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        """Cumulative ``(le, count)`` pairs as the exposition format wants them."""
-        out: list[tuple[str, float]] = []
-        running = 0
-        counts = list(self.counts)
-        for bound, n in zip(self.bounds, counts, strict=False):
-            running += n
-            out.append((_fmt_bound(bound), running))
-        running += counts[-1]
-        out.append(("+Inf", running))
-        return out
-
-
-def _fmt_bound(b: float) -> str:
-    return str(int(b)) if float(b).is_integer() else repr(b)
 
 
 class BookieCollector(Collector):
@@ -87,7 +62,9 @@ class BookieCollector(Collector):
 
     def __init__(self, bookie: Any) -> None:
         self.bookie = bookie
-        self.group_records = FixedHistogram(GROUP_SIZE_BUCKETS)
+        self.group_records = LatencyHistogram(GROUP_SIZE_BUCKETS)
+        #: how late the loop ran a timer (see :meth:`BookieMetrics.attach`)
+        self.loop_lag = LatencyHistogram()
 
     def observe_group(self, records: int) -> None:
         """The bookie's ``group_observer``: one call per durable journal group."""
@@ -99,6 +76,7 @@ class BookieCollector(Collector):
         yield from self._disk_metrics()
         yield from self._storage_metrics()
         yield from self._transport_metrics()
+        yield from self._latency_metrics()
         yield from under_replication_metrics(self.bookie)
 
     # --- request counters ------------------------------------------------------------------------
@@ -139,8 +117,9 @@ class BookieCollector(Collector):
             "ledgerstore_bookie_rejected_adds", "Adds refused, by status (READ_ONLY, FENCED, UNAUTHORIZED, ...).",
             labels=["reason"],
         )
-        # dict() copies under the GIL in one C call: safe against the loop adding a new reason
-        for reason, n in sorted(dict(c.rejected_adds).items()):
+        # dict() copies under the GIL in one C call: safe against the loop adding a new reason;
+        # the usual reasons are exported at zero so that rate() over them works from the start
+        for reason, n in sorted({**dict.fromkeys(_USUAL_REJECTIONS, 0), **dict(c.rejected_adds)}.items()):
             rejected.add_metric([reason], n)
         yield rejected
         yield _gauge("ledgerstore_bookie_ledgers", "Ledgers this bookie holds a master key for.", len(b._master_keys))
@@ -238,13 +217,100 @@ class BookieCollector(Collector):
         yield family
 
 
-def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
-    """Metrics of the auto-recovery state as seen from this bookie.
+    # --- latencies -------------------------------------------------------------------------------
 
-    Extension point: once auto-recovery records under-replicated ledgers in metadata, yield
-    ``ledgerstore_under_replicated_ledgers`` (a gauge) here. Until then there is nothing to report.
+    def _latency_metrics(self) -> Iterator[Metric]:
+        b = self.bookie
+        c = b.counters
+        yield from histogram_families(
+            "ledgerstore_bookie_add_request_seconds",
+            "Add requests (ADD, ADD_BATCH) from arrival to the answer sent once durable; one per request.",
+            b.journal.request_seconds if b.journal is not None else LatencyHistogram(),
+            ("bookkeeper_server_ADD_ENTRY_REQUEST", "bookkeeper_server_ADD_ENTRY"))
+        yield from histogram_families(
+            "ledgerstore_bookie_read_request_seconds",
+            "Read requests (READ, READ_MULTI) from arrival to the answer sent; one per request.",
+            c.read_request_seconds, ("bookkeeper_server_READ_ENTRY_REQUEST", "bookkeeper_server_READ_ENTRY"))
+        j = b.journal
+        if j is not None:
+            yield from histogram_families(
+                "ledgerstore_journal_queue_seconds", "Journal appends from queued to taken by the writer thread.",
+                j.queue_seconds, ("bookie_journal_JOURNAL_QUEUE_LATENCY",))
+            yield from histogram_families(
+                "ledgerstore_journal_add_seconds", "Journal appends from queued to durable (written and fsync'd).",
+                j.add_seconds, ("bookie_journal_JOURNAL_ADD_ENTRY",))
+            yield from histogram_families(
+                "ledgerstore_journal_sync_seconds", "fdatasync of each journal group.",
+                j.sync_seconds, ("bookie_journal_JOURNAL_SYNC",))
+            yield bookkeeper_gauge("bookie_journal_JOURNAL_QUEUE_SIZE", "Appends waiting for the journal writer.",
+                                   j.queue_size())
+        yield from histogram_families(
+            "ledgerstore_storage_flush_seconds", "Storage engine flush of each checkpoint (entry logs and index).",
+            c.flush_seconds)
+        yield from histogram_families(
+            "ledgerstore_bookie_checkpoint_seconds", "Whole checkpoints: engine flush and LastLogMark written.",
+            c.checkpoint_seconds)
+        slowest = c.flush_seconds.recent_quantiles((1.0,))[0]
+        yield bookkeeper_gauge("bookie_flush", "Slowest ledger storage flush of the last minute or so, ms "
+                               "(BookKeeper's name; NaN without a flush).", slowest * 1000.0)
+        yield from histogram_families(
+            "ledgerstore_bookie_event_loop_lag_seconds",
+            f"How late the bookie's event loop ran a {LOOP_LAG_PROBE_S}s timer: time the loop was busy.",
+            self.loop_lag)
+        # BookKeeper's server gauges and counters under its names
+        yield bookkeeper_gauge("bookie_SERVER_STATUS", "1 writable, 0 read-only (BookKeeper's name).",
+                               0 if b.read_only else 1)
+        yield bookkeeper_counter("bookie_WRITE_BYTES", "Bytes of entries accepted by adds (BookKeeper's name).",
+                                 c.add_bytes)
+        yield bookkeeper_gauge("bookie_ledgers_count", "Ledgers this bookie holds (BookKeeper's name).",
+                               len(b._master_keys))
+
+
+def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
+    """Metrics of auto-recovery in this bookie's process (``[bookie.autorecovery] enabled``).
+
+    The replication worker's counters are always exported (zero without auto-recovery); the
+    auditor's gauges only by the bookie currently elected auditor, as in BookKeeper, so that
+    ``max()`` over bookies is the cluster's figure.
     """
-    return ()
+    service = getattr(bookie, "recovery", None)
+    worker = getattr(service, "worker", None)
+    ws: dict[str, Any] = getattr(worker, "stats", None) or {}
+    out: list[Metric] = [
+        _counter("ledgerstore_replication_entries", "Entries re-replicated by this process's replication worker.",
+                 ws.get("entries", 0)),
+        _counter("ledgerstore_replication_bytes", "Bytes re-replicated by this process's replication worker.",
+                 ws.get("bytes", 0)),
+        _counter("ledgerstore_replication_ledgers", "Ledgers (fully or partly) re-replicated by this process.",
+                 ws.get("ledgers", 0)),
+        _counter("ledgerstore_replication_failures", "Re-replication attempts that failed in this process.",
+                 ws.get("failures", 0)),
+        bookkeeper_counter("replication_worker_NUM_ENTRIES_WRITTEN",
+                           "Entries written by the replicator (BookKeeper's name).", ws.get("entries", 0)),
+        bookkeeper_counter("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
+                           "Ledgers re-replicated (BookKeeper's name).", ws.get("ledgers", 0)),
+    ]
+    auditor = getattr(service, "auditor", None)
+    out.append(_gauge("ledgerstore_auditor_elected", "1 while this process runs the elected auditor.",
+                      1 if auditor is not None else 0))
+    if auditor is not None:
+        st = auditor.stats
+        under = st.get("under_replicated_ledgers", 0)
+        lost = len(auditor.lost_since)
+        out += [
+            _gauge("ledgerstore_auditor_under_replicated_ledgers",
+                   "Ledgers marked under-replicated in metadata, as of the auditor's last pass.", under),
+            _gauge("ledgerstore_auditor_lost_bookies", "Bookies the auditor sees gone (marked once overdue).", lost),
+            _counter("ledgerstore_auditor_ledgers_checked", "Ledgers checked by the auditor.",
+                     st.get("ledgers_checked", 0)),
+            _counter("ledgerstore_auditor_ledgers_marked", "Ledgers the auditor marked under-replicated.",
+                     st.get("ledgers_marked", 0)),
+            bookkeeper_gauge("auditor_NUM_UNDER_REPLICATED_LEDGERS",
+                             "Under-replicated ledgers as of the auditor's last pass (BookKeeper's name).", under),
+            bookkeeper_counter("auditor_NUM_LEDGERS_CHECKED", "Ledgers checked by the auditor (BookKeeper's name).",
+                               st.get("ledgers_checked", 0)),
+        ]
+    return out
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -266,15 +332,32 @@ class BookieMetrics:
             # CPU, RSS, open fds of this process: one bookie per process in production
             ProcessCollector(registry=self.registry)
         self._lock = threading.Lock()
+        self._lag_probe: asyncio.Task[None] | None = None
 
     def attach(self) -> None:
-        """Start observing per-group journal figures on the bookie."""
+        """Start observing per-group journal figures on the bookie, and (on a running loop)
+        probing the event loop's lag."""
         self.collector.bookie.group_observer = self.collector.observe_group
+        with contextlib.suppress(RuntimeError):  # no running loop: no lag probe
+            if self._lag_probe is None:
+                self._lag_probe = asyncio.get_running_loop().create_task(self._probe_loop_lag(), name="loop-lag")
 
     def detach(self) -> None:
         """Stop observing (the bookie keeps running)."""
         if self.collector.bookie.group_observer == self.collector.observe_group:
             self.collector.bookie.group_observer = None
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            self._lag_probe = None
+
+    async def _probe_loop_lag(self) -> None:
+        """A timer every ``LOOP_LAG_PROBE_S``: how much later than asked it fires is how long
+        something held the loop (a slow handler, a blocking call)."""
+        lag = self.collector.loop_lag
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(LOOP_LAG_PROBE_S)
+            lag.observe(max(0.0, time.perf_counter() - t0 - LOOP_LAG_PROBE_S))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every family. May be called from a worker thread."""

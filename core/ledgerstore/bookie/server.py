@@ -35,6 +35,7 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     ProtocolError,
 )
+from ledgerstore.latency import LatencyHistogram
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManager, compare_cookies
 from ledgerstore.meta.ledgers import LedgerManager
 from ledgerstore.plugins import create_metadata_store, create_transport, load_driver, notify
@@ -71,6 +72,11 @@ class BookieCounters:
         self.ledger_lookups = 0
         #: requests naming a ledger new to this bookie that the metadata store does not hold
         self.unknown_ledger_claims = 0
+        #: read requests (READ, READ_MULTI) from arrival to answer (BookKeeper's READ_ENTRY_REQUEST)
+        self.read_request_seconds = LatencyHistogram()
+        #: engine.flush() of each checkpoint (the ledger storage flush), and the whole checkpoint
+        self.flush_seconds = LatencyHistogram()
+        self.checkpoint_seconds = LatencyHistogram()
 
 
 class Bookie:
@@ -364,9 +370,13 @@ class Bookie:
         """Flush the engine and advance the journal mark (runs in a worker thread)."""
         assert self.engine is not None and self.journal is not None
         with self._checkpoint_lock:
+            t0 = time.perf_counter()
             mark = self.journal.durable_mark()
             self.engine.flush()
+            t1 = time.perf_counter()
             self.journal.checkpoint_done(mark)
+            self.counters.flush_seconds.observe(t1 - t0)
+            self.counters.checkpoint_seconds.observe(time.perf_counter() - t0)
 
     async def _checkpoint_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000.0
@@ -613,6 +623,7 @@ class Bookie:
         return None
 
     def _handle_add(self, conn: ServerConnection, req: codec.AddRequest) -> None:
+        started = time.perf_counter()
         c = self.counters
         status = self._add_refusal(req.ledger_id, req.master_key, req.flags)
         if status == _AWAIT_METADATA:
@@ -647,6 +658,7 @@ class Bookie:
         self.journal.append(
             encode_record(ADD, req.ledger_id, req.entry_id, entry),
             (conn, codec.encode_add_response(req.request_id, Status.OK, req.ledger_id, req.entry_id), 1),
+            1, started,
         )
 
     def _add_refusal(self, ledger_id: int, key: bytes, flags: int) -> int | None:
@@ -667,6 +679,7 @@ class Bookie:
     def _handle_add_batch(self, conn: ServerConnection, req: codec.AddBatchRequest) -> None:
         """Many entries of one ledger: one key/fence check, one journal item, one answer once
         the whole batch is durable."""
+        started = time.perf_counter()
         c = self.counters
         entries = req.entries
         lid = req.ledger_id
@@ -714,7 +727,7 @@ class Bookie:
         self._inflight[conn] = inflight + n
         # the entry section as received is the journal record's data: nothing is encoded per entry
         self.journal.append(encode_record(ADD_BATCH, lid, n, req.raw_entries),
-                            (conn, codec.encode_add_batch_all_ok(req.request_id, lid, n), n), n)
+                            (conn, codec.encode_add_batch_all_ok(req.request_id, lid, n), n), n, started)
 
     def _note_lac(self, lid: int, lac: int) -> None:
         if lac > self._lac.get(lid, -1):
@@ -762,6 +775,7 @@ class Bookie:
     def _handle_read_multi(self, conn: ServerConnection, req: codec.ReadMultiRequest) -> None:
         """Many entries in one answer, up to the frame limit; the rest are answered
         TOO_MANY_REQUESTS for the client to ask again."""
+        started = time.perf_counter()
         assert self.engine is not None
         self.counters.read_requests += len(req.entry_ids)
         budget = self.config.max_frame_size - 64 - 14 * len(req.entry_ids)
@@ -784,6 +798,7 @@ class Bookie:
                 log.error("read of ledger %d entry %d failed: %s", req.ledger_id, eid, got)
                 append((eid, Status.IO_ERROR, b""))
         conn.send(codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items))
+        self.counters.read_request_seconds.observe(time.perf_counter() - started)
 
     def _on_durable(self, tokens: list[Any]) -> None:
         """A journal group is on disk: answer every request waiting for it (on the loop)."""
@@ -845,7 +860,9 @@ class Bookie:
                 conn.send(codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id))
             return
         self.counters.read_requests += 1
+        started = time.perf_counter()
         conn.send(self._read_response(req))
+        self.counters.read_request_seconds.observe(time.perf_counter() - started)
 
     def _read_response(self, req: codec.ReadRequest) -> bytes:
         assert self.engine is not None

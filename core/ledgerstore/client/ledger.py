@@ -7,8 +7,10 @@ import asyncio
 import collections
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING
 
+from ledgerstore.client.metrics import CLIENT_METRICS
 from ledgerstore.errors import (
     AddFailedError,
     BadVersionError,
@@ -71,7 +73,7 @@ class _PendingAdd:
     ensemble indexes (per-entry answers; group-wide ones are in ``group.acked``); ``ensemble`` is
     the bookie list the entry was last sent to (None: not sent yet)."""
 
-    __slots__ = ("entry_id", "item", "future", "group", "wsmask", "acked", "failed", "ensemble", "done")
+    __slots__ = ("entry_id", "item", "future", "group", "wsmask", "acked", "failed", "ensemble", "done", "started")
 
     def __init__(self, entry_id: int, item: bytes, future: asyncio.Future[int] | None, wsmask: int) -> None:
         self.entry_id = entry_id
@@ -83,6 +85,8 @@ class _PendingAdd:
         self.failed = 0
         self.ensemble: list[str] | None = None
         self.done = False
+        #: perf_counter() of the append whose future this add carries (0: none; add latency metric)
+        self.started = 0.0
 
 
 class ReadHandle:
@@ -141,6 +145,7 @@ class ReadHandle:
     async def _read_range(self, first: int, last: int) -> list[Entry]:
         """Ask each entry's preferred replica, many entries per READ_MULTI request; anything not
         answered with a valid copy goes through :meth:`read_entry` (fallback, speculation)."""
+        started = perf_counter()
         md = self.md
         plan: dict[str, list[int]] = {}
         e_size = md.ensemble_size
@@ -176,6 +181,7 @@ class ReadHandle:
             missing = [e for e in range(first, last + 1) if e not in got]
             for e, entry in zip(missing, await asyncio.gather(*(self.read_entry(e) for e in missing)), strict=True):
                 got[e] = entry
+        CLIENT_METRICS.read_seconds.observe(perf_counter() - started)
         return [got[e] for e in range(first, last + 1)]
 
     async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000,
@@ -396,6 +402,7 @@ class LedgerHandle(ReadHandle):
         masks = self._masks()
         pa = _PendingAdd(eid, codec.add_batch_items(self.digest, eid, self._lac, (bytes(payload),))[0], fut,
                          masks[eid % len(masks)])
+        pa.started = perf_counter()
         self._pending.append(pa)
         self._unsent.append(pa)
         self._length += len(payload)
@@ -440,6 +447,7 @@ class LedgerHandle(ReadHandle):
         e_size = len(masks)
         pas = [_PendingAdd(e, d, None, masks[e % e_size]) for e, d in enumerate(items, eid)]
         pas[-1].future = fut
+        pas[-1].started = perf_counter()
         self._pending.extend(pas)
         self._unsent.extend(pas)
         self._next_entry_id = eid + len(pas)
@@ -642,6 +650,7 @@ class LedgerHandle(ReadHandle):
             fut = pa.future
             if fut is not None and not fut.done():
                 fut.set_result(pa.entry_id)
+                CLIENT_METRICS.add_seconds.observe(perf_counter() - pa.started)
         if not q:
             self._drained.set()
         if not self._space.is_set() and len(q) < self.client.config.max_outstanding_adds:
@@ -724,6 +733,7 @@ class LedgerHandle(ReadHandle):
                     self.md = fresh
                     continue
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
+                CLIENT_METRICS.ensemble_changes += 1
                 notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)
                 # resend what the replaced bookies held of pending entries; a group's answers
                 # from replaced bookies stop counting, those of the bookies that stay still count

@@ -112,6 +112,7 @@ class Auditor:
                     full = self._full_requested
                     self._full_requested = False
                     await self.check(delay, full)
+                    self.stats["under_replicated_ledgers"] = len(await self.markers.ledger_ids())  # metrics gauge
                     if full:
                         last_full = time.monotonic()
                 except LedgerStoreError as exc:

@@ -1,0 +1,188 @@
+"""A bookie's /metrics, scraped from a real bookie process with the admin token, carries latency
+histograms under ledgerstore's names and BookKeeper's; they count the requests made; and every
+metric the shipped Grafana dashboard queries exists in what a bookie and a client expose."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ledgerstore.aio import Client
+from ledgerstore.client.metrics import CLIENT_METRICS
+from ledgerstore.cluster import LocalCluster, free_ports
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "ledgerstore-dashboard.json"
+TOKEN = "metrics-scrape-token-5f1c"
+ADDS = 7
+READS = 4
+
+#: words of PromQL that are not metric names
+_PROMQL_WORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
+                           "and", "or", "unless", "inf", "nan"})
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects: identifiers that are not functions, aggregations,
+    keywords, label names in matchers or grouping clauses, or range durations."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals (label values, regexes)
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range and subquery durations
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\b\d[0-9a-zA-Z_.]*", "", expr)  # numbers and durations (0.99, 1e3, offset 5m)
+    names = set()
+    for m in _NAME.finditer(expr):
+        word = m.group(0)
+        rest = expr[m.end():].lstrip()
+        if rest.startswith("(") or word.lower() in _PROMQL_WORDS:
+            continue  # a function or aggregation, or a keyword
+        names.add(word)
+    return names
+
+
+def dashboard_metric_names(dashboard: dict) -> dict[str, set[str]]:
+    """Every metric each panel (and each templating query) of a dashboard asks for, by panel title."""
+    out: dict[str, set[str]] = {}
+
+    def walk(panels: list[dict]) -> Iterator[dict]:
+        for p in panels:
+            yield p
+            yield from walk(p.get("panels", []))
+
+    for p in walk(dashboard["panels"]):
+        for t in p.get("targets", []):
+            out.setdefault(p["title"], set()).update(promql_metric_names(t["expr"]))
+    for var in dashboard.get("templating", {}).get("list", []):
+        query = var.get("query")
+        query = query.get("query", "") if isinstance(query, dict) else ""
+        m = re.match(r"\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,", query)
+        if m:
+            out.setdefault(f"variable {var['name']}", set()).add(m.group(1))
+    return out
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition: (name, sorted labels) -> value."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return scrape.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scrape(port: int, token: str | None = TOKEN) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def poll(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_promql_names_are_extracted_from_expressions() -> None:
+    expr = ('histogram_quantile(0.99, sum by (le, instance) (rate(a_bucket{instance=~"$x", le!="+Inf"}'
+            '[$__rate_interval]))) / ignoring(job) b_total offset 5m + on(instance) group_left c')
+    assert promql_metric_names(expr) == {"a_bucket", "b_total", "c"}
+
+
+def test_latency_histograms_count_requests_and_the_dashboard_queries_only_exposed_metrics(
+        cluster_factory: Callable[..., LocalCluster], tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    cluster = cluster_factory(1, extra_bookie_config=(
+        f"http_port = {port}\nflush_interval_ms = 200\n"
+        "[bookie.autorecovery]\nenabled = true\n"
+        f'[bookie.http]\ntoken_file = "{token_file}"\nallow_anonymous_read = false\n'))
+    cluster.start()
+    poll("the admin port", lambda: _listening(port))
+
+    # with anonymous reads off, Prometheus scrapes with the token (docs/admin-http.md)
+    assert scrape(port, token=None)[0] == 401
+    status, text = scrape(port)
+    assert status == 200, text
+    before = samples(text)
+    client_before = samples(CLIENT_METRICS.render().decode())
+
+    async def work() -> None:
+        async with Client(metadata=cluster.metadata) as client:
+            lh = await client.create_ledger(1, 1, 1, password=b"pw")
+            for i in range(ADDS):  # one at a time: each is one add request at the bookie
+                await lh.append(b"entry %d" % i)
+            for i in range(READS):  # each a one-entry batch read: one READ_MULTI request
+                assert (await lh.read(i, i))[0].payload == b"entry %d" % i
+            await lh.close()
+
+    asyncio.run(work())
+
+    def moved(after: dict, name: str, base: dict | None = None, **labels: str) -> float:
+        return value(after, name, **labels) - value(before if base is None else base, name, **labels)
+
+    # the add histogram counts an add once its answer went out, just after the send: poll for it
+    poll("the add requests to be counted",
+         lambda: moved(samples(scrape(port)[1]), "ledgerstore_bookie_add_request_seconds_count") >= ADDS)
+    after = samples(scrape(port)[1])
+    assert moved(after, "ledgerstore_bookie_add_request_seconds_count") == ADDS
+    assert moved(after, "bookkeeper_server_ADD_ENTRY_REQUEST_count", success="true") == ADDS
+    assert moved(after, "ledgerstore_bookie_add_request_seconds_bucket", le="+Inf") == ADDS
+    assert moved(after, "ledgerstore_bookie_add_request_seconds_sum") > 0
+    assert moved(after, "ledgerstore_bookie_read_request_seconds_count") == READS
+    assert moved(after, "bookkeeper_server_READ_ENTRY_REQUEST_count", success="true") == READS
+    # the journal counts every append (the ledger's master key record too) and every group's fsync
+    assert moved(after, "ledgerstore_journal_add_seconds_count") >= ADDS
+    assert moved(after, "bookie_journal_JOURNAL_ADD_ENTRY_count", success="true") >= ADDS
+    assert moved(after, "ledgerstore_journal_queue_seconds_count") >= ADDS
+    assert moved(after, "ledgerstore_journal_sync_seconds_count") >= 1
+    assert (value(after, "ledgerstore_journal_sync_seconds_count")
+            == value(after, "ledgerstore_journal_fsync_seconds_count"))
+    # BookKeeper's quantiles are milliseconds over the last minute, and the adds fall in it
+    p99 = value(after, "bookkeeper_server_ADD_ENTRY_REQUEST", success="true", quantile="0.99")
+    assert 0 < p99 <= 10_000
+    client_after = samples(CLIENT_METRICS.render().decode())
+    assert moved(client_after, "ledgerstore_client_add_seconds_count", client_before) == ADDS
+    assert moved(client_after, "bookkeeper_client_ADD_ENTRY_count", client_before, success="true") == ADDS
+    assert moved(client_after, "ledgerstore_client_read_seconds_count", client_before) == READS
+
+    # checkpoints (every 200 ms), the loop-lag probe and the elected auditor show up on their own
+    def background_figures() -> bool:
+        s = samples(scrape(port)[1])
+        return (value(s, "ledgerstore_storage_flush_seconds_count") >= 1
+                and value(s, "ledgerstore_bookie_event_loop_lag_seconds_count") >= 1
+                and value(s, "ledgerstore_auditor_elected") == 1)
+    poll("checkpoints, loop-lag samples and the auditor", background_figures)
+    last = samples(scrape(port)[1])
+    assert value(last, "ledgerstore_auditor_under_replicated_ledgers") == 0
+    assert value(last, "auditor_NUM_UNDER_REPLICATED_LEDGERS") == 0
+    assert value(last, "ledgerstore_auditor_lost_bookies") == 0
+
+    exposed = {name for name, _ in last} | {name for name, _ in client_after}
+    wanted = dashboard_metric_names(json.loads(DASHBOARD.read_text()))
+    assert sum(len(names) for names in wanted.values()) >= 20
+    missing = {title: sorted(names - exposed) for title, names in wanted.items() if names - exposed}
+    assert not missing, f"dashboard panels query metrics no bookie or client exposes: {missing}"
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
