@@ -35,4 +35,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib 
   done
   touch "$stamp"
 fi
+# Spark finds Python data sources by listing the top-level pyspark_* modules on sys.path
+# (pkgutil.iter_modules), which does not see packages served by the editable install's import
+# finder: link the one such package into site-packages, where a wheel install puts it.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+ln -sfn "$PWD/plugins/pyspark_ledgerstore" "$site/pyspark_ledgerstore"
 echo "setup: ready (.venv/bin/ledgerstore)"

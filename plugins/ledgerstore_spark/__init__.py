@@ -1,9 +1,10 @@
 """Spark connector for ledgerstore: a pyspark Python Data Source named ``ledgerstore``.
 
->>> import ledgerstore_spark                                          # doctest: +SKIP
->>> ledgerstore_spark.register(spark)                                  # doctest: +SKIP
 >>> df = (spark.read.format("ledgerstore").option("metadata", uri)     # doctest: +SKIP
-...       .option("log", "orders").load())
+...       .option("log", "orders").option("password", "s3cret").load())
+
+Spark registers the source by itself once the package is installed (through the top-level module
+``pyspark_ledgerstore``); :func:`register` is for sessions whose lookup cannot see it.
 
 Batch reads of a log (``option("log", name)``) or of raw ledgers (``option("ledgers", "1,2,3")``),
 streaming reads of a log (offsets are log positions), batch writes and a streaming sink that make
@@ -23,6 +24,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ledgerstore_spark.failures import planning
 from ledgerstore_spark.options import ConnectorOptions
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class LedgerStoreDataSource(DataSource):
       streaming: ``sinkId`` (stable name of the query) unless the checkpoint is a local path.
     """
 
+    @planning
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.opts = ConnectorOptions.parse(options)
@@ -54,26 +57,31 @@ class LedgerStoreDataSource(DataSource):
     def name(cls) -> str:
         return "ledgerstore"
 
+    @planning
     def schema(self) -> StructType:
         from ledgerstore_spark.reading import default_schema
 
         return default_schema(self.opts)
 
+    @planning
     def reader(self, schema: StructType) -> DataSourceReader:
         from ledgerstore_spark.reading import LedgerStoreBatchReader
 
         return LedgerStoreBatchReader(self.opts, schema)
 
+    @planning
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from ledgerstore_spark.streaming import LedgerStoreStreamReader
 
         return LedgerStoreStreamReader(self.opts, schema)
 
+    @planning
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ledgerstore_spark.writing import LedgerStoreBatchWriter
 
         return LedgerStoreBatchWriter(self.opts, schema, overwrite)
 
+    @planning
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from ledgerstore_spark.writing import LedgerStoreStreamWriter
 

@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import ledgerstore
+from ledgerstore.errors import LedgerStoreError, MetadataError
 
 T = TypeVar("T")
 
@@ -22,11 +23,16 @@ _clients: dict[str, ledgerstore.Client] = {}
 
 
 def client_for(metadata: str) -> ledgerstore.Client:
-    """The process's client for the cluster at ``metadata`` (opened on first use)."""
+    """The process's client for the cluster at ``metadata`` (opened on first use). MetadataError
+    naming the URI and option ``metadata`` if the store cannot be reached or has no backend."""
     with _lock:
         c = _clients.get(metadata)
         if c is None:
-            c = ledgerstore.Client(metadata=metadata)
+            try:
+                c = ledgerstore.Client(metadata=metadata)
+            except LedgerStoreError as e:
+                raise MetadataError(f"cannot open the ledgerstore metadata store {metadata!r} (option 'metadata'): "
+                                    f"{e}") from e
             _clients[metadata] = c
         return c
 

@@ -24,9 +24,13 @@ def get_or_create_log(client: ledgerstore.Client, name: str) -> LogMetadata:
 
 
 def require_log(client: ledgerstore.Client, name: str) -> LogMetadata:
+    """The log's metadata; LogError naming the log (and a few that exist) if there is no such log."""
     md = read_log(client, name)
     if md is None:
-        raise LogError(f"log {name!r} does not exist in this cluster (list them with `ledgerstore shell listlogs`)")
+        names = client.list_logs()
+        known = ", ".join(repr(n) for n in names[:10]) + (", ..." if len(names) > 10 else "")
+        raise LogError(f"log {name!r} (option 'log') does not exist in this cluster; "
+                       + (f"its logs are {known}" if names else "it has no logs yet"))
     return md
 
 

@@ -19,6 +19,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 import ledgerstore
 from ledgerstore.errors import ConfigError, LogError
 from ledgerstore_spark.clients import client_for
+from ledgerstore_spark.failures import open_for_read, planning
 from ledgerstore_spark.logmeta import Position, require_log
 from ledgerstore_spark.options import ConnectorOptions
 
@@ -73,12 +74,12 @@ def split(ledger_id: int, first: int, last: int, size: int) -> list[LedgerRange]
 
 
 def readable_end(client: ledgerstore.Client, ledger_id: int, password: bytes) -> tuple[int, bool]:
-    """(last readable entry id, closed?): a closed ledger's last entry, an open ledger's LAC."""
-    md = client.ledger_metadata(ledger_id)
-    if md.is_closed:
-        return md.last_entry_id, True
-    rh = client.open_ledger(ledger_id, password, recovery=False)
-    if rh.is_closed:  # closed between the two reads
+    """(last readable entry id, closed?): a closed ledger's last entry, an open ledger's LAC.
+
+    Opening checks the password here, on the driver, so a wrong one fails the plan with one
+    message instead of failing every task."""
+    rh = open_for_read(client, ledger_id, password)
+    if rh.is_closed:
         return rh.metadata.last_entry_id, True
     return rh.last_add_confirmed, False
 
@@ -147,7 +148,7 @@ def read_range(opts: ConnectorOptions, schema: StructType, part: LedgerRange) ->
     from pyspark.sql.pandas.types import to_arrow_schema
 
     client = client_for(opts.metadata)
-    rh = client.open_ledger(part.ledger_id, opts.password, recovery=False)
+    rh = open_for_read(client, part.ledger_id, opts.password)
     if part.last > rh.last_add_confirmed and not rh.is_closed:
         rh.read_last_add_confirmed()
     arrow_schema = to_arrow_schema(schema)
@@ -186,6 +187,7 @@ class LedgerStoreBatchReader(DataSourceReader):
         self.opts = opts
         self.schema = schema
 
+    @planning
     def partitions(self) -> Sequence[InputPartition]:
         parts = plan_batch(self.opts)
         # Spark wants at least one partition; an empty range reads nothing

@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from ledgerstore.errors import ConfigError, InvalidArgumentError, LogError
 from ledgerstore_spark.clients import client_for
+from ledgerstore_spark.failures import planning
 from ledgerstore_spark.logmeta import LogMetadata, Position, require_log
 from ledgerstore_spark.options import ConnectorOptions
 from ledgerstore_spark.reading import LedgerRange, check_schema, read_range, readable_end, split
@@ -49,6 +50,7 @@ class LedgerStoreStreamReader(DataSourceStreamReader):
 
     # --- offsets -------------------------------------------------------------------------------
 
+    @planning
     def initialOffset(self) -> dict[str, int]:
         client = client_for(self.opts.metadata)
         md = require_log(client, self.name)
@@ -66,6 +68,7 @@ class LedgerStoreStreamReader(DataSourceStreamReader):
         n = self.opts.max_entries_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
+    @planning
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         client = client_for(self.opts.metadata)
         md = require_log(client, self.name)
@@ -115,6 +118,7 @@ class LedgerStoreStreamReader(DataSourceStreamReader):
 
     # --- planning and reading ------------------------------------------------------------------
 
+    @planning
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         a, b = from_offset(start), from_offset(end)
         if b <= a:
