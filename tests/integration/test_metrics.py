@@ -186,3 +186,71 @@ def _listening(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_auto_recovery_and_ensemble_change_figures_move_when_a_bookie_is_lost(
+        cluster_factory: Callable[..., LocalCluster]) -> None:
+    cluster = cluster_factory(4)
+    ports = free_ports(4)
+    cluster.data_dir.mkdir(parents=True, exist_ok=True)
+    cluster.write_configs()
+    for i, port in enumerate(ports):  # each bookie its own admin port; anonymous scrapes (the default)
+        with open(cluster.config_path(i), "a") as fh:
+            fh.write(f"http_port = {port}\n[bookie.metadata_options]\nsession_timeout = 4\n"
+                     "[bookie.autorecovery]\nenabled = true\nlost_bookie_recovery_delay_s = 1.0\n"
+                     "open_ledger_rereplication_grace_s = 3.0\nlease_s = 4.0\n")
+    cluster.start()
+    for port in ports:
+        poll("the admin port", lambda port=port: _listening(port))
+
+    def scrapes(which: list[int]) -> list[dict]:
+        out = []
+        for i in which:
+            status, text = scrape(ports[i], token=None)
+            assert status == 200, text
+            out.append(samples(text))
+        return out
+
+    auditors: list[int] = []
+
+    def one_auditor() -> bool:
+        auditors[:] = [i for i, s in enumerate(scrapes([0, 1, 2, 3])) if value(s, "ledgerstore_auditor_elected") == 1]
+        return len(auditors) == 1
+    poll("an auditor to be elected", one_auditor)
+    victim = next(i for i in range(4) if i != auditors[0])
+    ensemble = [cluster.bookie_id(i) for i in range(4) if i != auditors[0]]  # the victim included
+    changes_before = CLIENT_METRICS.ensemble_changes
+
+    async def write_then_lose_a_bookie() -> None:
+        async with Client(metadata=cluster.metadata) as client:
+            closed = await client.create_ledger(3, 3, 2, password=b"pw", bookies=ensemble)
+            await closed.append_many([b"c%d" % i for i in range(20)])
+            await closed.close()
+            open_ = await client.create_ledger(3, 3, 2, password=b"pw", bookies=ensemble)
+            await open_.append_many([b"o%d" % i for i in range(5)])
+            cluster.kill(victim)
+            for i in range(5):  # the writer replaces the dead bookie by an ensemble change
+                await open_.append(b"after %d" % i)
+            await open_.close()
+
+    asyncio.run(asyncio.wait_for(write_then_lose_a_bookie(), 120))
+    assert CLIENT_METRICS.ensemble_changes - changes_before >= 1
+    client_now = samples(CLIENT_METRICS.render().decode())
+    assert value(client_now, "bookkeeper_client_NUM_ENSEMBLE_CHANGE") == CLIENT_METRICS.ensemble_changes
+    assert value(client_now, "ledgerstore_client_ensemble_changes_total") == CLIENT_METRICS.ensemble_changes
+
+    live = [i for i in range(4) if i != victim]
+
+    def recovered() -> bool:
+        now = scrapes(live)
+        auditor = max(now, key=lambda s: value(s, "ledgerstore_auditor_elected"))
+        copied = sum(value(s, "ledgerstore_replication_entries_total") for s in now)
+        return (value(auditor, "ledgerstore_auditor_lost_bookies") == 1
+                and value(auditor, "ledgerstore_auditor_ledgers_marked_total") >= 1
+                and copied >= 20
+                and value(auditor, "ledgerstore_auditor_under_replicated_ledgers") == 0)
+    poll("the lost bookie's ledgers to be re-replicated", recovered, timeout=90)
+    now = scrapes(live)
+    assert (sum(value(s, "replication_worker_NUM_ENTRIES_WRITTEN") for s in now)
+            == sum(value(s, "ledgerstore_replication_entries_total") for s in now))
+    assert sum(value(s, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED") for s in now) >= 1

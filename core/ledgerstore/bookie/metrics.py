@@ -290,7 +290,8 @@ def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
         bookkeeper_counter("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
                            "Ledgers re-replicated (BookKeeper's name).", ws.get("ledgers", 0)),
     ]
-    auditor = getattr(service, "auditor", None)
+    # the service keeps its last Auditor object after losing an election: ask who is elected now
+    auditor = getattr(service, "auditor", None) if getattr(service, "is_auditor", False) else None
     out.append(_gauge("ledgerstore_auditor_elected", "1 while this process runs the elected auditor.",
                       1 if auditor is not None else 0))
     if auditor is not None:
