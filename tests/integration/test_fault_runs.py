@@ -3,7 +3,7 @@ during writes; after each run the protocol invariants of DESIGN.md are checked.
 
 Every run is reproducible from its seed (printed on failure):
 ``LEDGERSTORE_FAULT_SEED=<seed> pytest tests/integration/test_fault_runs.py``.
-CI runs ``LEDGERSTORE_FAULT_SEEDS`` seeds (default 50); the ``nightly`` tox env runs 500.
+CI runs ``LEDGERSTORE_FAULT_SEEDS`` seeds (default 30); the ``nightly`` tox env runs 500.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ledgerstore.cluster import LocalCluster
 from tests.integration.invariants import check_closed_ledger, fault_seeds
 
 WRITER = str(Path(__file__).with_name("writer_proc.py"))
-SEEDS = fault_seeds(50)
+SEEDS = fault_seeds(30)
 pytestmark = pytest.mark.slow
 
 
