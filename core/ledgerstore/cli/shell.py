@@ -43,11 +43,54 @@ class ShellContext:
         return run_async(go())
 
 
+# BookKeeper's shell spells long options with one dash (``-ledgerid 4``, ``-deleteCookie``); these are
+# rewritten to our double-dash names before click parses, so both spellings work.
+BOOKKEEPER_LONG_FLAGS = {
+    "ledgerid": "--ledgerid", "bookieid": "--bookieid", "firstentryid": "--firstentryid",
+    "lastentryid": "--lastentryid", "deletecookie": "--delete-cookie", "force": "--force",
+    "readwrite": "--readwrite", "readonly": "--readonly", "all": "--all", "hostnames": "--hostnames",
+    "meta": "--meta", "instanceid": "--instanceid", "replicascheck": "--replicascheck",
+    "recovery": "--recovery", "password": "--password", "missing": "--missing",
+}
+
+
+def normalize_bookkeeper_flags(args: list[str]) -> list[str]:
+    """``-ledgerid`` -> ``--ledgerid`` (and the other BookKeeper long flags, any case); other
+    arguments are left alone, so short flags (``-l``) and values keep their meaning."""
+    out = []
+    for a in args:
+        name, eq, value = a[1:].partition("=")
+        long = BOOKKEEPER_LONG_FLAGS.get(name.lower()) if a.startswith("-") and not a.startswith("--") else None
+        out.append(long + eq + value if long else a)
+    return out
+
+
+class BookKeeperFlagsGroup(click.Group):
+    """A command group that also accepts BookKeeper's single-dash long flags."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = normalize_bookkeeper_flags(args)
+        self._refuse_unknown_words(args)
+        return super().parse_args(ctx, args)
+
+    def _refuse_unknown_words(self, args: list[str]) -> None:
+        # click reads an unknown ``-nosuchflag`` as the short flags -n -o -s ... and names only ``-n``;
+        # name the whole word instead.
+        params = [p for c in [self, *self.commands.values()] for p in c.params if isinstance(p, click.Option)]
+        known = {o for p in params for o in p.opts + p.secondary_opts}
+        takes_value = {o for p in params if not p.is_flag for o in p.opts}
+        for prev, a in zip(["", *args[:-1]], args, strict=True):
+            if (a.startswith("-") and not a.startswith("--") and len(a) > 2 and a[1:].isalpha()
+                    and a not in known and prev not in takes_value):
+                raise click.UsageError(f"no such option {a!r} (BookKeeper's single-dash long flags known here: "
+                                       f"{', '.join('-' + k for k in sorted(BOOKKEEPER_LONG_FLAGS))})")
+
+
 pass_ctx = click.make_pass_decorator(ShellContext)
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
-@click.group()
+@click.group(cls=BookKeeperFlagsGroup)
 @click.option("--metadata", envvar="LEDGERSTORE_METADATA", help="metadata store URI (or $LEDGERSTORE_METADATA)")
 @click.option("--config", type=click.Path(dir_okay=False), help="client TOML config")
 @click.pass_context
@@ -105,37 +148,63 @@ def simpletest(sc: ShellContext, ensemble: int, write_quorum: int, ack_quorum: i
 @shell.command()
 @click.option("-rw", "--readwrite", is_flag=True, help="only writable bookies")
 @click.option("-ro", "--readonly", is_flag=True, help="only read-only bookies")
+@click.option("-a", "--all", "all_", is_flag=True, help="writable and read-only bookies (the default)")
+@click.option("-h", "--hostnames", is_flag=True, help="also print each bookie's host name")
 @json_option
 @pass_ctx
 @handle_errors
-def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, as_json: bool) -> None:
+def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, all_: bool, hostnames: bool, as_json: bool) -> None:
     """List registered bookies."""
     import dataclasses
+    import socket
 
-    ro = True if readonly and not readwrite else (False if readwrite and not readonly else None)
+    ro = None if all_ else (True if readonly and not readwrite else (False if readwrite and not readonly else None))
     infos = sc.with_client(lambda c: c.list_bookies(ro))
     rows = [dataclasses.asdict(b) for b in sorted(infos, key=lambda b: b.bookie_id)]
     for r in rows:
         r["state"] = "read-only" if r["read_only"] else "writable"
         r.pop("extra", None)
-    emit(rows, as_json, ["bookie_id", "endpoint", "state", "rack", "region", "free_bytes", "ledger_count"],
-         title=f"{len(rows)} bookies")
+        if hostnames:
+            host = r["bookie_id"].rpartition(":")[0] or r["bookie_id"]
+            try:
+                r["hostname"] = socket.gethostbyaddr(host)[0]
+            except OSError:
+                r["hostname"] = host
+    cols = ["bookie_id", "endpoint", "state", "rack", "region", "free_bytes", "ledger_count"]
+    emit(rows, as_json, cols[:1] + ["hostname"] + cols[1:] if hostnames else cols, title=f"{len(rows)} bookies")
+
+
+@shell.command()
+@json_option
+@pass_ctx
+@handle_errors
+def bookieinfo(sc: ShellContext, as_json: bool) -> None:
+    """Each bookie's free disk space and ledger count, and the cluster's total."""
+    infos = sorted(sc.with_client(lambda c: c.list_bookies(None)), key=lambda b: b.bookie_id)
+    rows = [{"bookie_id": b.bookie_id, "state": "read-only" if b.read_only else "writable",
+             "free_bytes": b.free_bytes, "total_bytes": b.total_bytes, "ledger_count": b.ledger_count} for b in infos]
+    free, total = sum(r["free_bytes"] for r in rows), sum(r["total_bytes"] for r in rows)
+    emit(rows, as_json, ["bookie_id", "state", "free_bytes", "total_bytes", "ledger_count"],
+         title=f"{len(rows)} bookies, total free space {free} of {total} bytes")
 
 
 @shell.command()
 @click.option("-m", "--meta", is_flag=True, help="print each ledger's metadata too")
+@click.option("--bookieid", "bookie_id", default=None, help="only ledgers with this bookie in an ensemble")
 @json_option
 @pass_ctx
 @handle_errors
-def listledgers(sc: ShellContext, meta: bool, as_json: bool) -> None:
+def listledgers(sc: ShellContext, meta: bool, bookie_id: str | None, as_json: bool) -> None:
     """List ledger ids."""
 
     async def go(client: Any) -> list[dict[str, Any]]:
         out = []
         for lid in await client.list_ledgers():
             row: dict[str, Any] = {"ledger_id": lid}
+            md = await client.ledger_metadata(lid) if meta or bookie_id else None
+            if bookie_id and not any(bookie_id in ens for _, ens in md.ensembles):
+                continue
             if meta:
-                md = await client.ledger_metadata(lid)
                 row.update(state=md.state.value, last_entry_id=md.last_entry_id, length=md.length,
                            ensembles=len(md.ensembles), quorum=f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}")
             out.append(row)
@@ -173,7 +242,8 @@ def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password
 
     async def go(client: Any) -> list[Any]:
         rh = await client.open_ledger(ledger_id, password.encode(), recovery=recovery)
-        end = rh.last_add_confirmed if last < 0 else last
+        # Past the end stops at the last entry, as BookKeeper's readledger does.
+        end = rh.last_add_confirmed if last < 0 else min(last, rh.last_add_confirmed)
         return list(await rh.read(first, end)) if end >= first else []
 
     entries = sc.with_client(go)
@@ -586,23 +656,58 @@ def whoisauditor(sc: ShellContext, as_json: bool) -> None:
         sys.exit(EXIT_NOT_FOUND)
 
 
-@shell.command()
-@json_option
-@pass_ctx
-@handle_errors
-def triggeraudit(sc: ShellContext, as_json: bool) -> None:
-    """Ask the auditor for a full check of every ledger now."""
-
+def _trigger_audit(sc: ShellContext, replicas: bool, as_json: bool) -> None:
     async def go(client: Any) -> str | None:
         urm = _urm(client)
-        await urm.trigger_audit()
+        await urm.trigger_audit(replicas=replicas)
         return await urm.auditor()  # type: ignore[no-any-return]
 
     auditor = sc.with_client(go)
     if as_json:
-        emit({"triggered": True, "auditor": auditor}, True)
+        emit({"triggered": True, "replicas": replicas, "auditor": auditor}, True)
     else:
-        console.print(f"audit triggered (auditor: {auditor or 'none running; it will run when one is elected'})")
+        what = "audit and replicas check" if replicas else "audit"
+        console.print(f"{what} triggered (auditor: {auditor or 'none running; it will run when one is elected'})")
+
+
+@shell.command()
+@click.option("--replicas", is_flag=True, help="also ask every bookie which ledgers it holds (replicas check)")
+@json_option
+@pass_ctx
+@handle_errors
+def triggeraudit(sc: ShellContext, replicas: bool, as_json: bool) -> None:
+    """Ask the auditor for a full check of every ledger now."""
+    _trigger_audit(sc, replicas, as_json)
+
+
+@shell.command()
+@click.option("-apc", "--auditorperiodiccheck", is_flag=True, help="the full ledger check (always run)")
+@click.option("-rc", "--replicascheck", is_flag=True, help="also the replicas check")
+@json_option
+@pass_ctx
+@handle_errors
+def forceauditchecks(sc: ShellContext, auditorperiodiccheck: bool, replicascheck: bool, as_json: bool) -> None:
+    """Make the auditor run its checks at its next chance (BookKeeper's forceauditchecks)."""
+    _trigger_audit(sc, replicascheck, as_json)
+
+
+@shell.command()
+@click.option("-v", "--verbose", is_flag=True, help="also the missing bookies and the last error")
+@json_option
+@pass_ctx
+@handle_errors
+def queryautorecoverystatus(sc: ShellContext, verbose: bool, as_json: bool) -> None:
+    """The ledgers auto-recovery is replicating now (claimed by a worker) or waiting to."""
+
+    async def go(client: Any) -> list[dict[str, Any]]:
+        return [m.to_dict() for m in await _urm(client).all()]
+
+    rows = sc.with_client(go)
+    for r in rows:
+        r["status"] = f"in recovery by {r['owner']}" if r["owner"] else "waiting"
+        r["missing"] = ",".join(r["missing"])
+    cols = ["ledger_id", "status"] + (["missing", "last_error"] if verbose else [])
+    emit(rows, as_json, cols, title=f"{len(rows)} ledgers under replication" if rows else "no ledgers under replication")
 
 
 @shell.command("autorecovery")

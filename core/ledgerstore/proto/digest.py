@@ -27,6 +27,16 @@ _U32 = struct.Struct(">I")
 
 DIGEST_TYPES = ("crc32c", "crc32", "hmac-sha256", "none")
 
+# BookKeeper's DigestType names (CRC32, CRC32C, MAC, DUMMY), in any case, beside ours.
+_DIGEST_ALIASES = {"crc32c": "crc32c", "crc32": "crc32", "mac": "hmac-sha256", "hmac-sha256": "hmac-sha256",
+                   "dummy": "none", "none": "none"}
+
+
+def normalize_digest_type(name: str) -> str:
+    """Our name for a digest type given as ours or as BookKeeper spells it (``MAC`` -> ``hmac-sha256``,
+    ``DUMMY`` -> ``none``); an unknown name is returned unchanged so the caller's check names it."""
+    return _DIGEST_ALIASES.get(name.strip().lower(), name)
+
 
 def master_key(password: bytes) -> bytes:
     """The key a bookie stores per ledger and checks on adds and fences (BookKeeper derives it
@@ -55,6 +65,7 @@ class DigestManager:
 
     def __init__(self, ledger_id: int, digest_type: str, password: bytes = b"") -> None:
         self.ledger_id = ledger_id
+        digest_type = normalize_digest_type(digest_type)
         self.digest_type = digest_type
         self._fn: Callable[[bytes, bytes], bytes]
         if digest_type == "crc32c":

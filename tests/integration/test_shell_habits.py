@@ -1,0 +1,99 @@
+"""BookKeeper shell habits through the real CLI: single-dash long flags, its command names and flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ledgerstore.cli.shell import normalize_bookkeeper_flags
+from ledgerstore.cluster import LocalCluster
+from ledgerstore.proto.digest import DigestManager, normalize_digest_type
+
+from .test_cli import shell
+
+
+@pytest.fixture(scope="module")
+def closed_ledger(shared_cluster: LocalCluster) -> int:
+    import ledgerstore
+
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        lh = client.create_ledger(3, 2, 2, password=b"pw")
+        for i in range(3):
+            lh.append(b"e%d" % i)
+        lh.close()
+    return int(lh.ledger_id)
+
+
+def test_single_dash_long_flags_are_rewritten_and_others_kept() -> None:
+    assert normalize_bookkeeper_flags(["-ledgerid", "4", "-deleteCookie", "-l", "5", "-bookieid=b:1", "x"]) == [
+        "--ledgerid", "4", "--delete-cookie", "-l", "5", "--bookieid=b:1", "x"]
+
+
+def test_bookkeeper_single_dash_flags_work_beside_ours(shared_cluster: LocalCluster, closed_ledger: int) -> None:
+    bk = json.loads(shell(shared_cluster, "ledgermetadata", "-ledgerid", str(closed_ledger), "--json").stdout)
+    ours = json.loads(shell(shared_cluster, "ledgermetadata", "--ledgerid", str(closed_ledger), "--json").stdout)
+    assert bk == ours and bk["state"] == "CLOSED"
+
+
+def test_unknown_flag_fails_with_a_message_naming_it(shared_cluster: LocalCluster) -> None:
+    out = shell(shared_cluster, "listbookies", "-nosuchflag", check=False)
+    assert out.returncode == 2 and "-nosuchflag" in out.stderr
+
+
+def test_readledger_past_the_end_stops_at_the_last_entry(shared_cluster: LocalCluster, closed_ledger: int) -> None:
+    rows = json.loads(shell(shared_cluster, "readledger", "-ledgerid", str(closed_ledger), "-p", "pw",
+                            "-firstentryid", "1", "-lastentryid", "100", "--json").stdout)
+    assert [r["entry_id"] for r in rows] == [1, 2]
+
+
+def test_listledgers_bookieid_lists_only_ledgers_on_that_bookie(shared_cluster: LocalCluster,
+                                                               closed_ledger: int) -> None:
+    md = json.loads(shell(shared_cluster, "ledgermetadata", "-l", str(closed_ledger), "--json").stdout)
+    on = md["ensembles"][0][1][0]
+    rows = json.loads(shell(shared_cluster, "listledgers", "-bookieid", on, "--json").stdout)
+    assert closed_ledger in [r["ledger_id"] for r in rows]
+    assert json.loads(shell(shared_cluster, "listledgers", "-bookieid", "nosuch:1", "--json").stdout) == []
+
+
+def test_listbookies_all_and_hostnames(shared_cluster: LocalCluster) -> None:
+    rows = json.loads(shell(shared_cluster, "listbookies", "-a", "-h", "--json").stdout)
+    assert {r["bookie_id"] for r in rows} == {shared_cluster.bookie_id(i) for i in range(3)}
+    assert all(r["hostname"] for r in rows)
+
+
+def test_bookieinfo_reports_each_bookie_and_the_total(shared_cluster: LocalCluster) -> None:
+    rows = json.loads(shell(shared_cluster, "bookieinfo", "--json").stdout)
+    assert {r["bookie_id"] for r in rows} == {shared_cluster.bookie_id(i) for i in range(3)}
+    assert all(r["total_bytes"] >= r["free_bytes"] >= 0 for r in rows)
+    assert "total free space" in shell(shared_cluster, "bookieinfo").stdout
+
+
+def test_queryautorecoverystatus_with_nothing_under_replicated(shared_cluster: LocalCluster) -> None:
+    assert json.loads(shell(shared_cluster, "queryautorecoverystatus", "--json").stdout) == []
+    assert "no ledgers under replication" in shell(shared_cluster, "queryautorecoverystatus", "-v").stdout
+
+
+def test_forceauditchecks_writes_a_replicas_trigger(shared_cluster: LocalCluster) -> None:
+    import asyncio
+
+    from ledgerstore.aio import Client
+    from ledgerstore.recovery.markers import UnderReplicationManager
+
+    async def last_trigger() -> dict[str, object]:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            return await UnderReplicationManager(client.store).audit_trigger()  # type: ignore[no-any-return]
+
+    out = json.loads(shell(shared_cluster, "forceauditchecks", "-rc", "--json").stdout)
+    assert out["triggered"] and out["replicas"]
+    assert asyncio.run(last_trigger())["replicas"] is True
+    shell(shared_cluster, "forceauditchecks")
+    assert asyncio.run(last_trigger())["replicas"] is False
+    assert json.loads(shell(shared_cluster, "triggeraudit", "--replicas", "--json").stdout)["replicas"] is True
+
+
+@pytest.mark.parametrize(("bk", "ours"), [("CRC32", "crc32"), ("CRC32C", "crc32c"), ("MAC", "hmac-sha256"),
+                                          ("DUMMY", "none"), ("crc32c", "crc32c"), ("hmac-sha256", "hmac-sha256")])
+def test_bookkeeper_digest_names_mean_ours(bk: str, ours: str) -> None:
+    assert normalize_digest_type(bk) == ours
+    assert DigestManager(1, bk, b"pw").digest_type == ours
