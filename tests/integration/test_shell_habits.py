@@ -97,3 +97,10 @@ def test_forceauditchecks_writes_a_replicas_trigger(shared_cluster: LocalCluster
 def test_bookkeeper_digest_names_mean_ours(bk: str, ours: str) -> None:
     assert normalize_digest_type(bk) == ours
     assert DigestManager(1, bk, b"pw").digest_type == ours
+
+
+def test_shell_config_takes_the_metadata_uri_from_a_bookie_config(shared_cluster: LocalCluster) -> None:
+    from .test_cli import ls
+
+    rows = json.loads(ls("shell", "--config", str(shared_cluster.config_path(0)), "listbookies", "--json").stdout)
+    assert {r["bookie_id"] for r in rows} == {shared_cluster.bookie_id(i) for i in range(3)}

@@ -17,6 +17,18 @@ from ledgerstore.cli.common import console, emit, handle_errors, run_async
 T = TypeVar("T")
 
 
+def _is_bookie_config(path: str) -> bool:
+    """True for a TOML file with a ``[bookie]`` table and no ``[client]`` one."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return False  # the client config loader reports the problem with its own message
+    return "bookie" in doc and "client" not in doc
+
+
 class ShellContext:
     def __init__(self, metadata: str | None, config: str | None) -> None:
         self.metadata = metadata
@@ -25,6 +37,11 @@ class ShellContext:
     def client_kwargs(self) -> dict[str, Any]:
         from ledgerstore.errors import ConfigError
 
+        if self.config and _is_bookie_config(self.config):
+            # As BookKeeper's shell does with bk_server.conf: a bookie's config names the metadata store.
+            from ledgerstore.config import load_bookie_config
+
+            return {"metadata": self.metadata or load_bookie_config(self.config).metadata}
         if self.config:
             from ledgerstore.config import load_client_config
 
@@ -92,7 +109,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="machine-read
 
 @click.group(cls=BookKeeperFlagsGroup)
 @click.option("--metadata", envvar="LEDGERSTORE_METADATA", help="metadata store URI (or $LEDGERSTORE_METADATA)")
-@click.option("--config", type=click.Path(dir_okay=False), help="client TOML config")
+@click.option("--config", type=click.Path(dir_okay=False), help="client TOML config, or a bookie's (its metadata URI is used)")
 @click.pass_context
 def shell(ctx: click.Context, metadata: str | None, config: str | None) -> None:
     """Administration commands (named as in `bookkeeper shell`)."""
