@@ -104,3 +104,14 @@ def test_shell_config_takes_the_metadata_uri_from_a_bookie_config(shared_cluster
 
     rows = json.loads(ls("shell", "--config", str(shared_cluster.config_path(0)), "listbookies", "--json").stdout)
     assert {r["bookie_id"] for r in rows} == {shared_cluster.bookie_id(i) for i in range(3)}
+
+
+def test_recover_query_and_dryrun_list_ledgers_and_copy_nothing(shared_cluster: LocalCluster,
+                                                                closed_ledger: int) -> None:
+    md = json.loads(shell(shared_cluster, "ledgermetadata", "-l", str(closed_ledger), "--json").stdout)
+    bookie = md["ensembles"][0][1][0]
+    for flag in ("-q", "-dr"):
+        rows = json.loads(shell(shared_cluster, "recover", bookie, flag, "--json").stdout)
+        assert {"ledger_id": closed_ledger, "state": "CLOSED", "fragments": 1} in rows
+    after = json.loads(shell(shared_cluster, "ledgermetadata", "-l", str(closed_ledger), "--json").stdout)
+    assert after["ensembles"] == md["ensembles"]

@@ -67,7 +67,8 @@ BOOKKEEPER_LONG_FLAGS = {
     "lastentryid": "--lastentryid", "deletecookie": "--delete-cookie", "force": "--force",
     "readwrite": "--readwrite", "readonly": "--readonly", "all": "--all", "hostnames": "--hostnames",
     "meta": "--meta", "instanceid": "--instanceid", "replicascheck": "--replicascheck",
-    "recovery": "--recovery", "password": "--password", "missing": "--missing",
+    "recovery": "--recovery", "password": "--password", "missing": "--missing", "query": "--query",
+    "dryrun": "--dryrun", "verbose": "--verbose",
 }
 
 
@@ -814,13 +815,30 @@ def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
 @click.option("--entries-per-second", "rate", type=float, default=0.0, show_default=True, help="copy throttle (0 = none)")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="seconds")
 @click.option("--delete-cookie", is_flag=True, help="delete the bookie's cookie afterwards")
+@click.option("-q", "--query", is_flag=True, help="only list the ledgers with a fragment on the bookie")
+@click.option("-dr", "--dryrun", is_flag=True, help="only list what would be re-replicated")
 @json_option
 @pass_ctx
 @handle_errors
 def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout: float, delete_cookie: bool,
-            as_json: bool) -> None:
+            query: bool, dryrun: bool, as_json: bool) -> None:
     """Re-replicate every ledger fragment of a dead bookie, from this process (no auditor needed)."""
     from ledgerstore.recovery.admin import recover_bookie
+
+    if query or dryrun:
+        async def go(client: Any) -> list[dict[str, Any]]:
+            rows = []
+            for lid in await client.list_ledgers():
+                md = await client.ledger_metadata(lid)
+                firsts = [first for first, ens in md.ensembles if bookie_id in ens]
+                if firsts:
+                    rows.append({"ledger_id": lid, "state": md.state.value, "fragments": len(firsts)})
+            return rows
+
+        rows = sc.with_client(go)
+        emit(rows, as_json, ["ledger_id", "state", "fragments"],
+             title=f"{len(rows)} ledgers with fragments on {bookie_id}" + (" (dry run: nothing copied)" if dryrun else ""))
+        return
 
     r = _run_with_progress(sc, f"recovering {bookie_id}", as_json, lambda client, update: recover_bookie(
         client, bookie_id, _recovery_settings(grace, rate), timeout, update, delete_cookie))
