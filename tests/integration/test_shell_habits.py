@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -115,3 +116,20 @@ def test_recover_query_and_dryrun_list_ledgers_and_copy_nothing(shared_cluster: 
         assert {"ledger_id": closed_ledger, "state": "CLOSED", "fragments": 1} in rows
     after = json.loads(shell(shared_cluster, "ledgermetadata", "-l", str(closed_ledger), "--json").stdout)
     assert after["ensembles"] == md["ensembles"]
+
+
+def test_metaformat_refuses_an_existing_cluster_unless_forced(cluster_factory: Callable[..., LocalCluster]) -> None:
+    from .test_cli import ls
+
+    cluster = cluster_factory(1)
+    cluster.start()
+    old = json.loads(shell(cluster, "whatisinstanceid", "--json").stdout)["instance_id"]
+    assert json.loads(shell(cluster, "listbookies", "--json").stdout)  # registered bookies are existing data
+    refused = shell(cluster, "metaformat", "-nonInteractive", check=False)
+    assert refused.returncode == 1 and "-f" in refused.stdout + refused.stderr
+    declined = ls("shell", "--metadata", cluster.metadata, "metaformat", check=False, input="n\n")
+    assert declined.returncode == 1
+    assert json.loads(shell(cluster, "whatisinstanceid", "--json").stdout)["instance_id"] == old
+    new = json.loads(shell(cluster, "metaformat", "-n", "-f", "--json").stdout)
+    assert new["erased_instance_id"] == old and new["instance_id"] not in (None, old)
+    assert json.loads(shell(cluster, "whatisinstanceid", "--json").stdout)["instance_id"] == new["instance_id"]

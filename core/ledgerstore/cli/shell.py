@@ -68,7 +68,7 @@ BOOKKEEPER_LONG_FLAGS = {
     "readwrite": "--readwrite", "readonly": "--readonly", "all": "--all", "hostnames": "--hostnames",
     "meta": "--meta", "instanceid": "--instanceid", "replicascheck": "--replicascheck",
     "recovery": "--recovery", "password": "--password", "missing": "--missing", "query": "--query",
-    "dryrun": "--dryrun", "verbose": "--verbose",
+    "dryrun": "--dryrun", "verbose": "--verbose", "noninteractive": "--nonInteractive",
 }
 
 
@@ -332,6 +332,54 @@ def initnewcluster(sc: ShellContext, as_json: bool) -> None:
         console.print(f"new cluster initialised: instance id {iid}")
 
 
+async def _erase_cluster_metadata(store: Any) -> None:
+    from ledgerstore.meta import layout
+
+    for path in (layout.LEDGERS, layout.LOGS, layout.UNDERREPLICATION, layout.AVAILABLE, layout.COOKIES,
+                 layout.LAYOUT, layout.INSTANCE_ID, "/auditor"):
+        await store.delete_recursive(path)
+
+
+@shell.command()
+@click.option("-n", "--nonInteractive", "non_interactive", is_flag=True,
+              help="never ask: refuse if the store already holds a cluster (unless -f)")
+@click.option("-f", "--force", is_flag=True, help="erase an existing cluster's metadata without asking")
+@json_option
+@pass_ctx
+@handle_errors
+def metaformat(sc: ShellContext, non_interactive: bool, force: bool, as_json: bool) -> None:
+    """Format the cluster metadata: erase whatever cluster it holds (asking first) and initialise a
+    new one. Bookies' data on disk is not touched: format them before they join (bookieformat)."""
+    from ledgerstore.errors import LedgerStoreError
+    from ledgerstore.meta import layout
+    from ledgerstore.meta.bookies import ClusterManager
+
+    async def existing_cluster(client: Any) -> tuple[str | None, bool]:
+        # As BookKeeper does, any ledgers, cookies or registered bookies count as existing data,
+        # with or without an instance id.
+        iid = await ClusterManager(client.store).instance_id()
+        data = [await client.store.children(p) for p in (layout.LEDGERS, layout.COOKIES, layout.AVAILABLE)]
+        return iid, iid is not None or any(data)
+
+    existing, has_data = sc.with_client(existing_cluster)
+    if has_data and not force:
+        what = f"cluster {existing}" if existing else "cluster metadata (ledgers, cookies or bookies)"
+        if non_interactive:
+            raise LedgerStoreError(f"the metadata store holds {what}; pass -f to erase it")
+        if not click.confirm(f"erase the {what}?", default=False):
+            raise click.Abort()
+
+    async def go(client: Any) -> str:
+        await _erase_cluster_metadata(client.store)
+        return await ClusterManager(client.store).init()  # type: ignore[no-any-return]
+
+    iid = sc.with_client(go)
+    if as_json:
+        emit({"instance_id": iid, "erased_instance_id": existing}, True)
+    else:
+        console.print(f"metadata formatted: instance id {iid}" + (f" (cluster {existing} erased)" if existing else ""))
+
+
 @shell.command()
 @click.option("-i", "--instanceid", "instance_id", help="the instance id to nuke (a safety check)")
 @click.option("-f", "--force", is_flag=True, help="nuke without checking the instance id")
@@ -342,7 +390,6 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
     """Delete every piece of cluster metadata (ledgers, logs, cookies, registrations, instance id).
     Bookies' data on disk is not touched: format them before they join a new cluster."""
     from ledgerstore.errors import LedgerStoreError
-    from ledgerstore.meta import layout
     from ledgerstore.meta.bookies import ClusterManager
 
     if not force and not instance_id:
@@ -352,9 +399,7 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
         existing = await ClusterManager(client.store).instance_id()
         if not force and existing != instance_id:
             raise LedgerStoreError(f"instance id mismatch: the cluster is {existing!r}, you named {instance_id!r}")
-        for path in (layout.LEDGERS, layout.LOGS, layout.UNDERREPLICATION, layout.AVAILABLE, layout.COOKIES,
-                     layout.LAYOUT, layout.INSTANCE_ID, "/auditor"):
-            await client.store.delete_recursive(path)
+        await _erase_cluster_metadata(client.store)
         return existing
 
     nuked = sc.with_client(go)
