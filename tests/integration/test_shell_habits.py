@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,21 @@ def test_metaformat_refuses_an_existing_cluster_unless_forced(cluster_factory: C
     new = json.loads(shell(cluster, "metaformat", "-n", "-f", "--json").stdout)
     assert new["erased_instance_id"] == old and new["instance_id"] not in (None, old)
     assert json.loads(shell(cluster, "whatisinstanceid", "--json").stdout)["instance_id"] == new["instance_id"]
+
+
+def test_initbookie_refuses_a_running_or_used_bookie_and_prepares_a_new_one(
+        cluster_factory: Callable[..., LocalCluster]) -> None:
+    import signal
+
+    from .test_cli import ls
+
+    cluster = cluster_factory(1)
+    cluster.start()
+    out = ls("shell", "initbookie", "--config", str(cluster.config_path(0)), check=False)
+    assert out.returncode == 1 and "initbookie refused" in out.stdout + out.stderr  # the bookie holds its dirs
+    cluster.kill(0, signal.SIGTERM)
+    out = ls("shell", "initbookie", "--config", str(cluster.config_path(0)), check=False)
+    assert out.returncode == 1 and "not empty" in out.stdout + out.stderr
+    i = cluster.add_bookie()
+    r = json.loads(ls("shell", "initbookie", "--config", str(cluster.config_path(i)), "--json").stdout)
+    assert r["bookie_id"] == cluster.bookie_id(i) and all(Path(d).is_dir() for d in r["initialised"])

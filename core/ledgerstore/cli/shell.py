@@ -444,6 +444,28 @@ def _open_local(config_path: str, tool: str) -> tuple[Any, Any, Any]:
     return cfg, engine, lock
 
 
+def _bookie_id(cfg: Any) -> str:
+    from ledgerstore.api.transport import split_address
+
+    _, host, port = split_address(cfg.advertised_address or cfg.listen)
+    return f"{host}:{port}"
+
+
+def _with_bookie_store(cfg: Any, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``fn`` against the metadata store the bookie's config names."""
+    from ledgerstore.plugins import create_metadata_store
+
+    async def go() -> T:
+        store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
+        await store.start()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return run_async(go())
+
+
 config_option = click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True), required=True,
                              help="the bookie's TOML config")
 
@@ -564,7 +586,6 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
     naming its PID, while the bookie (or another tool) holds them."""
     import shutil
 
-    from ledgerstore.api.transport import split_address
     from ledgerstore.bookie.dirlock import LOCK_FILE
     from ledgerstore.config import load_bookie_config
 
@@ -587,20 +608,40 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
         lock.release()
     if delete_cookie:
         from ledgerstore.meta.bookies import CookieManager
-        from ledgerstore.plugins import create_metadata_store
 
-        _, host, port = split_address(cfg.advertised_address or cfg.listen)
-
-        async def go() -> None:
-            store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
-            await store.start()
-            try:
-                await CookieManager(store).delete(f"{host}:{port}")
-            finally:
-                await store.close()
-
-        run_async(go())
+        _with_bookie_store(cfg, lambda store: CookieManager(store).delete(_bookie_id(cfg)))
     emit({"formatted": [str(d) for d in dirs], "cookie_deleted": delete_cookie}, as_json, title="bookieformat")
+
+
+@shell.command()
+@config_option
+@json_option
+@handle_errors
+def initbookie(bookie_config: str, as_json: bool) -> None:
+    """Prepare a new bookie: check its journal and ledger directories are empty and no cookie is
+    registered under its id, then create the directories (the bookie writes its cookie when it first
+    starts). Refused, naming its PID, while a bookie or another tool holds the directories."""
+    from ledgerstore.bookie.dirlock import LOCK_FILE
+    from ledgerstore.config import load_bookie_config
+    from ledgerstore.errors import LedgerStoreError
+    from ledgerstore.meta.bookies import CookieManager
+
+    cfg = load_bookie_config(bookie_config)
+    dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    lock = _lock_dirs(cfg, "initbookie")
+    try:
+        used = [str(p) for d in dirs for p in d.iterdir() if p.name != LOCK_FILE]
+        if used:
+            raise LedgerStoreError(f"initbookie refused: not empty: {', '.join(used[:5])}; bookieformat it first")
+        bookie_id = _bookie_id(cfg)
+        if _with_bookie_store(cfg, lambda store: CookieManager(store).get(bookie_id)) is not None:
+            raise LedgerStoreError(f"initbookie refused: a cookie is registered for {bookie_id}; "
+                                   "bookieformat --delete-cookie (or decommission the old bookie) first")
+    finally:
+        lock.release()
+    emit({"bookie_id": bookie_id, "initialised": [str(d) for d in dirs]}, as_json, title="initbookie")
 
 
 @shell.command("gc")
