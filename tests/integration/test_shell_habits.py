@@ -152,3 +152,21 @@ def test_initbookie_refuses_a_running_or_used_bookie_and_prepares_a_new_one(
     i = cluster.add_bookie()
     r = json.loads(ls("shell", "initbookie", "--config", str(cluster.config_path(i)), "--json").stdout)
     assert r["bookie_id"] == cluster.bookie_id(i) and all(Path(d).is_dir() for d in r["initialised"])
+
+
+def test_listbookies_ledger_counts_follow_new_ledgers(cluster_factory: Callable[..., LocalCluster]) -> None:
+    import ledgerstore
+
+    cluster = cluster_factory(3)
+    cluster.start()
+
+    def counts() -> dict[str, int]:
+        return {r["bookie_id"]: r["ledger_count"] for r in json.loads(shell(cluster, "listbookies", "--json").stdout)}
+
+    before = counts()
+    with ledgerstore.Client(metadata=cluster.metadata) as client:
+        for _ in range(2):
+            client.create_ledger(3, 3, 3, password=b"pw").close()
+    assert counts() == {b: n + 2 for b, n in before.items()}
+    info = {r["bookie_id"]: r["ledger_count"] for r in json.loads(shell(cluster, "bookieinfo", "--json").stdout)}
+    assert info == counts()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -163,6 +164,17 @@ def simpletest(sc: ShellContext, ensemble: int, write_quorum: int, ack_quorum: i
                       f"{', '.join(r['ensemble'])} in {r['write_seconds']}s, read back, deleted")
 
 
+async def _bookies_with_live_counts(client: Any, read_only: bool | None) -> tuple[list[Any], Counter[str]]:
+    """The registered bookies and, for each, how many ledgers name it in an ensemble now (the count
+    in a registration record is the one the bookie had when it registered)."""
+    infos = await client.list_bookies(read_only)
+    counts: Counter[str] = Counter()
+    for lid in await client.list_ledgers():
+        md = await client.ledger_metadata(lid)
+        counts.update({b for _, ens in md.ensembles for b in ens})
+    return infos, counts
+
+
 @shell.command()
 @click.option("-rw", "--readwrite", is_flag=True, help="only writable bookies")
 @click.option("-ro", "--readonly", is_flag=True, help="only read-only bookies")
@@ -177,9 +189,10 @@ def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, all_: bool, h
     import socket
 
     ro = None if all_ else (True if readonly and not readwrite else (False if readwrite and not readonly else None))
-    infos = sc.with_client(lambda c: c.list_bookies(ro))
+    infos, counts = sc.with_client(lambda c: _bookies_with_live_counts(c, ro))
     rows = [dataclasses.asdict(b) for b in sorted(infos, key=lambda b: b.bookie_id)]
     for r in rows:
+        r["ledger_count"] = counts[r["bookie_id"]]
         r["state"] = "read-only" if r["read_only"] else "writable"
         r.pop("extra", None)
         if hostnames:
@@ -198,9 +211,10 @@ def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, all_: bool, h
 @handle_errors
 def bookieinfo(sc: ShellContext, as_json: bool) -> None:
     """Each bookie's free disk space and ledger count, and the cluster's total."""
-    infos = sorted(sc.with_client(lambda c: c.list_bookies(None)), key=lambda b: b.bookie_id)
+    infos, counts = sc.with_client(lambda c: _bookies_with_live_counts(c, None))
     rows = [{"bookie_id": b.bookie_id, "state": "read-only" if b.read_only else "writable",
-             "free_bytes": b.free_bytes, "total_bytes": b.total_bytes, "ledger_count": b.ledger_count} for b in infos]
+             "free_bytes": b.free_bytes, "total_bytes": b.total_bytes, "ledger_count": counts[b.bookie_id]}
+            for b in sorted(infos, key=lambda b: b.bookie_id)]
     free, total = sum(r["free_bytes"] for r in rows), sum(r["total_bytes"] for r in rows)
     emit(rows, as_json, ["bookie_id", "state", "free_bytes", "total_bytes", "ledger_count"],
          title=f"{len(rows)} bookies, total free space {free} of {total} bytes")
