@@ -69,7 +69,8 @@ BOOKKEEPER_LONG_FLAGS = {
     "readwrite": "--readwrite", "readonly": "--readonly", "all": "--all", "hostnames": "--hostnames",
     "meta": "--meta", "instanceid": "--instanceid", "replicascheck": "--replicascheck",
     "recovery": "--recovery", "password": "--password", "missing": "--missing", "query": "--query",
-    "dryrun": "--dryrun", "verbose": "--verbose", "noninteractive": "--nonInteractive",
+    "dryrun": "--dryrun", "verbose": "--verbose", "noninteractive": "--nonInteractive", "limit": "--limit",
+    "srcbookie": "--srcBookie", "destbookie": "--destBookie",
 }
 
 
@@ -719,6 +720,57 @@ def gc_command(bookie_config: str | None, http_address: str | None, token_file: 
         console.print(f"gc: {len(result['deleted_ledgers'])} ledgers deleted, "
                       f"{result['reclaimed_bytes']:,} bytes reclaimed ({result['bytes_on_disk_before']:,} -> "
                       f"{result['bytes_on_disk_after']:,})")
+
+
+@shell.command("updatebookieinledger")
+@click.option("-sb", "--srcBookie", "src", required=True, help="the bookie id to replace (a stopped bookie)")
+@click.option("-db", "--destBookie", "dest", required=True, help="the bookie id to put in its place")
+@click.option("-l", "--limit", type=int, default=-1, show_default=True, help="update at most this many ledgers (-1: all)")
+@click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")
+@json_option
+@pass_ctx
+@handle_errors
+def updatebookieinledger(sc: ShellContext, src: str, dest: str, limit: int, force: bool, as_json: bool) -> None:
+    """Replace a bookie id by another in every ledger's ensembles (after a bookie's address changed,
+    with its data moved as is). Refused while the source bookie is registered (running)."""
+    from ledgerstore.errors import BadVersionError, LedgerStoreError
+
+    async def registered(client: Any) -> set[str]:
+        return {b.bookie_id for b in await client.list_bookies(None)}
+
+    if src in sc.with_client(registered):
+        raise LedgerStoreError(f"updatebookieinledger refused: {src} is registered (running); stop it first")
+    if not force and not click.confirm(f"replace {src} by {dest} in the ledgers' ensembles?", default=False):
+        raise click.Abort()
+
+    async def go(client: Any) -> list[int]:
+        updated: list[int] = []
+        for lid in await client.list_ledgers():
+            if 0 <= limit <= len(updated):
+                break
+            for _ in range(5):  # a concurrent metadata change: read again and redo
+                md = await client.ledgers.read(lid)
+                if not any(src in ens for _, ens in md.ensembles):
+                    break
+                if any(dest in ens for _, ens in md.ensembles if src in ens):
+                    raise LedgerStoreError(f"ledger {lid}: {dest} is already in an ensemble with {src}")
+                md.ensembles = [(first, [dest if b == src else b for b in ens]) for first, ens in md.ensembles]
+                try:
+                    await client.ledgers.write(md)
+                except BadVersionError:
+                    continue
+                updated.append(lid)
+                break
+            else:
+                raise LedgerStoreError(f"ledger {lid}: its metadata kept changing; run updatebookieinledger again")
+        return updated
+
+    updated = sc.with_client(go)
+    emit({"src": src, "dest": dest, "updated_ledgers": updated}, as_json,
+         title=f"{src} replaced by {dest} in {len(updated)} ledgers")
+
+
+shell.add_command(updatebookieinledger, "updateBookieInLedger")
 
 
 # --- auto-recovery -----------------------------------------------------------------------------
