@@ -196,3 +196,10 @@ def test_updatebookieinledger_renames_a_stopped_bookie_and_refuses_a_running_one
     assert r["updated_ledgers"] == [lh.ledger_id]
     md = json.loads(shell(cluster, "ledgermetadata", "-l", str(lh.ledger_id), "--json").stdout)
     assert "10.0.0.9:3181" in md["ensembles"][0][1] and src not in md["ensembles"][0][1]
+
+
+def test_endpointinfo_names_a_bookies_endpoint_and_exits_3_for_an_unknown_one(shared_cluster: LocalCluster) -> None:
+    b = shared_cluster.bookie_id(0)
+    r = json.loads(shell(shared_cluster, "endpointinfo", "-bookieid", b, "--json").stdout)
+    assert r["registered"] and r["endpoint"] and r["state"] == "writable"
+    assert shell(shared_cluster, "endpointinfo", "-b", "nosuch:1", check=False).returncode == 3

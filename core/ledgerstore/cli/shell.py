@@ -222,6 +222,36 @@ def bookieinfo(sc: ShellContext, as_json: bool) -> None:
 
 
 @shell.command()
+@click.option("-b", "--bookieid", "bookie_id", required=True, help="the bookie id host:port")
+@json_option
+@pass_ctx
+@handle_errors
+def endpointinfo(sc: ShellContext, bookie_id: str, as_json: bool) -> None:
+    """Where a bookie is reached: its registered endpoint, or the one its cookie records
+    (exit code 3 for an unknown bookie)."""
+    import sys
+
+    from ledgerstore.cli.common import EXIT_NOT_FOUND, err_console
+    from ledgerstore.meta.bookies import CookieManager
+
+    async def go(client: Any) -> dict[str, Any] | None:
+        info = {b.bookie_id: b for b in await client.list_bookies(None)}.get(bookie_id)
+        if info is not None:
+            return {"bookie_id": bookie_id, "endpoint": info.endpoint, "registered": True,
+                    "state": "read-only" if info.read_only else "writable"}
+        cookie = await CookieManager(client.store).get(bookie_id)
+        if cookie is None:
+            return None
+        return {"bookie_id": bookie_id, "endpoint": cookie.get("endpoint", ""), "registered": False, "state": "down"}
+
+    r = sc.with_client(go)
+    if r is None:
+        err_console.print(f"[red]not found:[/red] bookie {bookie_id} is neither registered nor has a cookie")
+        sys.exit(EXIT_NOT_FOUND)
+    emit(r, as_json, title=f"bookie {bookie_id}")
+
+
+@shell.command()
 @click.option("-m", "--meta", is_flag=True, help="print each ledger's metadata too")
 @click.option("--bookieid", "bookie_id", default=None, help="only ledgers with this bookie in an ensemble")
 @json_option
