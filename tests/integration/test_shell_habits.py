@@ -203,3 +203,26 @@ def test_endpointinfo_names_a_bookies_endpoint_and_exits_3_for_an_unknown_one(sh
     r = json.loads(shell(shared_cluster, "endpointinfo", "-bookieid", b, "--json").stdout)
     assert r["registered"] and r["endpoint"] and r["state"] == "writable"
     assert shell(shared_cluster, "endpointinfo", "-b", "nosuch:1", check=False).returncode == 3
+
+
+def test_updatecookie_expands_storage_of_a_stopped_bookie_and_refuses_a_running_one(
+        cluster_factory: Callable[..., LocalCluster]) -> None:
+    import signal
+
+    from .test_cli import ls
+
+    cluster = cluster_factory(1)
+    cluster.start()
+    cfg = cluster.config_path(0)
+    out = ls("shell", "updatecookie", "--config", str(cfg), "-expandstorage", check=False)
+    assert out.returncode == 1 and "updatecookie refused" in out.stdout + out.stderr  # the bookie holds its dirs
+    cluster.kill(0, signal.SIGTERM)
+    cfg.write_text(cfg.read_text().replace('ledger_dirs = ["ledgers"]', 'ledger_dirs = ["ledgers", "ledgers2"]'))
+    generated = json.loads(ls("shell", "generatecookie", "--config", str(cfg), "--json").stdout)
+    assert len(generated["ledger_dirs"]) == 2
+    r = json.loads(ls("shell", "updatecookie", "--config", str(cfg), "-e", "--json").stdout)
+    assert r["added"] == [str(cfg.parent / "ledgers2")] and len(r["ledger_dirs"]) == 2
+    listed = json.loads(ls("shell", "updatecookie", "--config", str(cfg), "--list", "--json").stdout)
+    assert listed["local"]["ledger_dirs"] == listed["registered"]["ledger_dirs"] == generated["ledger_dirs"]
+    cluster.start_bookie(0)
+    cluster.wait_registered([0])  # the bookie accepts its expanded storage

@@ -14,6 +14,14 @@ import click
 from rich.progress import Progress
 
 from ledgerstore.cli.common import console, emit, handle_errors, run_async
+from ledgerstore.cli.shell_cookies import generatecookie, updatecookie
+from ledgerstore.cli.shell_local import (
+    bookie_id_of,
+    config_option,
+    json_option,
+    lock_bookie_dirs,
+    with_bookie_store,
+)
 
 T = TypeVar("T")
 
@@ -70,7 +78,8 @@ BOOKKEEPER_LONG_FLAGS = {
     "meta": "--meta", "instanceid": "--instanceid", "replicascheck": "--replicascheck",
     "recovery": "--recovery", "password": "--password", "missing": "--missing", "query": "--query",
     "dryrun": "--dryrun", "verbose": "--verbose", "noninteractive": "--nonInteractive", "limit": "--limit",
-    "srcbookie": "--srcBookie", "destbookie": "--destBookie",
+    "srcbookie": "--srcBookie", "destbookie": "--destBookie", "expandstorage": "--expandstorage", "list": "--list",
+    "output": "--output",
 }
 
 
@@ -107,7 +116,6 @@ class BookKeeperFlagsGroup(click.Group):
 
 
 pass_ctx = click.make_pass_decorator(ShellContext)
-json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
 @click.group(cls=BookKeeperFlagsGroup)
@@ -461,25 +469,13 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
 # bookie's PID, while the bookie runs, and a bookie cannot start under it meanwhile.
 
 
-def _lock_dirs(cfg: Any, tool: str) -> Any:
-    """The taken lock on the bookie's journal and ledger directories (release it when done)."""
-    from ledgerstore.bookie.dirlock import DirectoryLockedError, DirLock
-
-    lock = DirLock([Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)])
-    try:
-        lock.acquire()
-    except DirectoryLockedError as exc:
-        raise DirectoryLockedError(f"{tool} refused: {exc}") from None
-    return lock
-
-
 def _open_local(config_path: str, tool: str) -> tuple[Any, Any, Any]:
     """The bookie's config, its storage engine (opened) and the lock held on its directories."""
     from ledgerstore.config import load_bookie_config
     from ledgerstore.plugins import load_driver
 
     cfg = load_bookie_config(config_path)
-    lock = _lock_dirs(cfg, tool)
+    lock = lock_bookie_dirs(cfg, tool)
     try:
         engine = load_driver("storage", cfg.storage)([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)
         engine.open()
@@ -487,32 +483,6 @@ def _open_local(config_path: str, tool: str) -> tuple[Any, Any, Any]:
         lock.release()
         raise
     return cfg, engine, lock
-
-
-def _bookie_id(cfg: Any) -> str:
-    from ledgerstore.api.transport import split_address
-
-    _, host, port = split_address(cfg.advertised_address or cfg.listen)
-    return f"{host}:{port}"
-
-
-def _with_bookie_store(cfg: Any, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Run ``fn`` against the metadata store the bookie's config names."""
-    from ledgerstore.plugins import create_metadata_store
-
-    async def go() -> T:
-        store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
-        await store.start()
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return run_async(go())
-
-
-config_option = click.option("--config", "bookie_config", type=click.Path(dir_okay=False, exists=True), required=True,
-                             help="the bookie's TOML config")
 
 
 @shell.command()
@@ -636,7 +606,7 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
 
     cfg = load_bookie_config(bookie_config)
     dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
-    lock = _lock_dirs(cfg, "bookieformat")
+    lock = lock_bookie_dirs(cfg, "bookieformat")
     try:
         if not force and not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
             raise click.Abort()
@@ -654,7 +624,7 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
     if delete_cookie:
         from ledgerstore.meta.bookies import CookieManager
 
-        _with_bookie_store(cfg, lambda store: CookieManager(store).delete(_bookie_id(cfg)))
+        with_bookie_store(cfg, lambda store: CookieManager(store).delete(bookie_id_of(cfg)))
     emit({"formatted": [str(d) for d in dirs], "cookie_deleted": delete_cookie}, as_json, title="bookieformat")
 
 
@@ -675,13 +645,13 @@ def initbookie(bookie_config: str, as_json: bool) -> None:
     dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    lock = _lock_dirs(cfg, "initbookie")
+    lock = lock_bookie_dirs(cfg, "initbookie")
     try:
         used = [str(p) for d in dirs for p in d.iterdir() if p.name != LOCK_FILE]
         if used:
             raise LedgerStoreError(f"initbookie refused: not empty: {', '.join(used[:5])}; bookieformat it first")
-        bookie_id = _bookie_id(cfg)
-        if _with_bookie_store(cfg, lambda store: CookieManager(store).get(bookie_id)) is not None:
+        bookie_id = bookie_id_of(cfg)
+        if with_bookie_store(cfg, lambda store: CookieManager(store).get(bookie_id)) is not None:
             raise LedgerStoreError(f"initbookie refused: a cookie is registered for {bookie_id}; "
                                    "bookieformat --delete-cookie (or decommission the old bookie) first")
     finally:
@@ -1101,3 +1071,7 @@ def bookiesanity(sc: ShellContext, bookie_id: str | None, bookie_config: str | N
         emit(r, True)
     else:
         console.print(f"[green]bookie sanity test succeeded[/green] on {bookie_id} ({entries} entries)")
+
+
+shell.add_command(updatecookie)
+shell.add_command(generatecookie)
