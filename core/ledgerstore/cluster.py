@@ -5,15 +5,29 @@ stopped by its PID."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
-from ledgerstore.errors import LedgerStoreError
+from ledgerstore.errors import ConfigError, LedgerStoreError
+from ledgerstore.meta.bookies import ClusterManager
+from ledgerstore.startup import (
+    SUPERVISOR_PID_ENV,
+    check_port_free,
+    prepare_dirs,
+    set_parent_death_signal,
+    start_metadata_store,
+)
+
+T = TypeVar("T")
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -65,10 +79,21 @@ class LocalCluster:
         extra_bookie_config: str = "",
         metadata: str | None = None,
         env: dict[str, str] | None = None,
+        supervise: bool = False,
     ) -> None:
+        if bookies < 1:
+            raise ConfigError(f"a cluster needs at least one bookie, not {bookies}")
+        if port_base and not 1 <= port_base <= 65536 - bookies:
+            raise ConfigError(f"port base {port_base} with {bookies} bookies leaves the port range 1-65535; "
+                              "choose a lower one, or 0 for free ports")
         self.data_dir = Path(data_dir).resolve()
         self.n = bookies
         self.ports = [port_base + i for i in range(bookies)] if port_base else free_ports(bookies)
+        # A cluster restarted on its directory keeps its bookies' ports: they are its bookie ids.
+        self.ports = [self._configured_port(i) or port for i, port in enumerate(self.ports)]
+        #: bookies die with this process (``ledgerstore standalone``): parent-death signal plus the
+        #: bookie watching its parent id, so a kill -9 of the supervisor leaves no bookie behind
+        self.supervise = supervise
         self.storage = storage
         self.transport = transport
         self.extra = extra_bookie_config
@@ -76,6 +101,15 @@ class LocalCluster:
         self.env = env
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._log_offsets: dict[int, int] = {}
+
+    def _configured_port(self, i: int) -> int | None:
+        try:
+            with open(self.config_path(i), "rb") as fh:
+                listen = str(tomllib.load(fh).get("bookie", {}).get("listen", ""))
+        except (OSError, tomllib.TOMLDecodeError):
+            return None
+        port = listen.rpartition(":")[2]
+        return int(port) if port.isdigit() else None
 
     def address(self, i: int) -> str:
         return f"{self.transport}://127.0.0.1:{self.ports[i]}"
@@ -117,21 +151,40 @@ class LocalCluster:
         self._log_offsets[i] = self.log_path(i).stat().st_size if self.log_path(i).exists() else 0
         log = open(self.log_path(i), "ab")
         env = dict(os.environ, **(self.env or {}))
+        if self.supervise:
+            env[SUPERVISOR_PID_ENV] = str(os.getpid())
         proc = subprocess.Popen(
             [sys.executable, "-m", "ledgerstore", "bookie", "--config", str(self.config_path(i))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            preexec_fn=_die_with_parent if self.supervise else None,
         )
         log.close()
         self.procs[i] = proc
         return proc
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Check the ports are free, create the cluster (its instance id) in the metadata store,
+        start every bookie and wait until all registered."""
+        prepare_dirs([("data dir", self.data_dir)])
+        for i in range(self.n):
+            check_port_free(f"bookie {i}", "127.0.0.1", self.ports[i])
         self.write_configs()
+        self.init_cluster()
         for i in range(self.n):
             self.start_bookie(i)
         self.wait_registered(range(self.n), timeout)
         return self
+
+    def init_cluster(self) -> str:
+        """Create the cluster instance id in the metadata store if absent; return it."""
+        return self._run(self._init_cluster())
+
+    async def _init_cluster(self) -> str:
+        store = await start_metadata_store(self.metadata, {}, retry_s=0)
+        try:
+            return await ClusterManager(store).init()
+        finally:
+            await store.close()
 
     async def _registered(self) -> set[str]:
         from ledgerstore.meta.bookies import BookieRegistry
@@ -146,14 +199,17 @@ class LocalCluster:
 
     def registered(self) -> set[str]:
         """Ids of the registered bookies (callable from inside or outside an event loop)."""
+        return self._run(self._registered())
+
+    @staticmethod
+    def _run(coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to completion from inside or outside an event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._registered())
-        import concurrent.futures
-
+            return asyncio.run(coro)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, self._registered()).result()
+            return pool.submit(asyncio.run, coro).result()
 
     def wait_registered(self, which: range | list[int], timeout: float = 60.0) -> None:
         want = {self.bookie_id(i) for i in which}
@@ -161,13 +217,23 @@ class LocalCluster:
         while True:
             for i, p in self.procs.items():
                 if p.poll() is not None and i in which:
-                    tail = self.log_path(i).read_text(errors="replace")[-3000:]
-                    raise LedgerStoreError(f"bookie {i} exited with code {p.returncode}:\n{tail}")
+                    raise LedgerStoreError(f"bookie {i} exited with code {p.returncode}: {self._last_line(i)} "
+                                           f"(log: {self.log_path(i)})")
             if all(self._ready(i) for i in which) and want <= self.registered():
                 return
             if time.monotonic() > deadline:
                 raise LedgerStoreError(f"bookies {sorted(want - self.registered())} did not register within {timeout}s")
             time.sleep(0.1)
+
+    def _last_line(self, i: int) -> str:
+        """The last line bookie ``i`` logged since its start (its one-line start-up error)."""
+        try:
+            with open(self.log_path(i), "rb") as fh:
+                fh.seek(self._log_offsets.get(i, 0))
+                lines = fh.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return lines[-1] if lines else "(nothing logged)"
 
     def _ready(self, i: int) -> bool:
         # A killed bookie's ephemeral registration outlives it by up to the session timeout, so
@@ -195,7 +261,7 @@ class LocalCluster:
                 self.wait_registered([i], timeout)
                 return
             except LedgerStoreError as exc:
-                if "address already in use" not in str(exc) or attempt == 9:
+                if "already in use" not in str(exc) or attempt == 9:
                     raise LedgerStoreError(f"{exc}\nsockets on port {self.ports[i]}:\n{self._sockets(i)}") from None
                 self.procs.pop(i, None)
                 time.sleep(0.5)
@@ -225,3 +291,9 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a supervised bookie: SIGKILL it if the supervisor dies before the bookie
+    takes over (it then asks for SIGTERM, to stop cleanly)."""
+    set_parent_death_signal(signal.SIGKILL)

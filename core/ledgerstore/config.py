@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ledgerstore.errors import ConfigError
+from ledgerstore.errors import ConfigError, LedgerStoreError
 
 T = TypeVar("T")
 
@@ -171,6 +171,9 @@ class BookieConfig:
     region: str = "default-region"
     #: create the cluster's instance id when the metadata store has none (convenient for standalone)
     auto_init_cluster: bool = True
+    #: at start, retry a metadata store that fails (restarting, sqlite's "database is locked")
+    #: with backoff for this many seconds before giving up; 0 = fail at the first error
+    metadata_start_retry_s: float = 30.0
     #: turn read-only past this fraction of disk used, writable again below the low-water mark
     disk_usage_threshold: float = 0.95
     #: writable again once disk usage falls below this fraction
@@ -210,8 +213,22 @@ class BookieConfig:
             problems.append("'metadata' is required, e.g. metadata = \"sqlite:///var/lib/ledgerstore/meta.db\"")
         elif "://" not in self.metadata:
             problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
-        if "://" not in self.listen:
-            problems.append(f"'listen' = {self.listen!r} is not an address like tcp://127.0.0.1:3181")
+        problems.extend(address_problems("listen", self.listen, allow_any_port=True))
+        if self.advertised_address:
+            problems.extend(address_problems("advertised_address", self.advertised_address))
+        if self.http_port and not 1 <= self.http_port <= MAX_PORT:
+            problems.append(f"'http_port' = {self.http_port} must be between 1 and {MAX_PORT} (0 disables it)")
+        for name in ("disk_check_interval_ms", "minor_compaction_interval_s", "major_compaction_interval_s",
+                     "journal.max_file_size_mb"):
+            obj, _, attr = name.rpartition(".")
+            if getattr(self.journal if obj else self, attr) <= 0:
+                problems.append(f"'{name}' must be positive")
+        if self.journal.max_group_wait_ms < 0:
+            problems.append("'journal.max_group_wait_ms' must be >= 0")
+        if self.journal.max_backups < 0:
+            problems.append("'journal.max_backups' must be >= 0")
+        if self.metadata_start_retry_s < 0:
+            problems.append("'metadata_start_retry_s' must be >= 0 (0 = no retry)")
         if not self.ledger_dirs:
             problems.append("'ledger_dirs' must name at least one directory")
         if not 0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1:
@@ -290,7 +307,58 @@ class ClientConfig:
         if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
             problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "
                             f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024}; match the bookies')")
+        if self.metadata and "://" not in self.metadata:
+            problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
+        for name in ("add_timeout_s", "read_timeout_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"'{name}' must be positive")
+        for name in ("speculative_read_timeout_ms", "max_outstanding_adds"):
+            if getattr(self, name) < 0:
+                problems.append(f"'{name}' must be >= 0 (0 disables it)")
         return problems
+
+
+MAX_PORT = 65535
+
+
+def address_problems(option: str, address: str, allow_any_port: bool = False) -> list[str]:
+    """Problems of a ``scheme://host:port`` option: no scheme, no port, or a port out of range
+    (``allow_any_port``: 0 asks for any free port)."""
+    scheme, sep, rest = address.partition("://")
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not sep or not scheme or not colon or not host or not port.isdigit():
+        return [f"'{option}' = {address!r} is not an address like tcp://127.0.0.1:3181"]
+    low = 0 if allow_any_port else 1
+    if not low <= int(port) <= MAX_PORT:
+        return [f"'{option}' = {address!r}: port {port} is not between {low} and {MAX_PORT}"]
+    return []
+
+
+def plugin_problems(kind: str, cfg: Any) -> list[str]:
+    """Problems with the plugins a config names: each must be installed and accept its options.
+    Each backend is built, not started (no file, socket or connection is opened), so its own
+    option checks run; the same check runs in ``config check`` and at start."""
+    from ledgerstore import plugins
+
+    checks: list[tuple[str, str, str, Any]] = []  # (option, slot, name, build)
+    if "://" in cfg.metadata:
+        checks.append(("metadata", "metadata", cfg.metadata.partition("://")[0],
+                       lambda c: c(cfg.metadata, **cfg.metadata_options)))
+    if kind == "bookie":
+        if "://" in cfg.listen:
+            checks.append(("listen", "transport", cfg.listen.partition("://")[0],
+                           lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
+        checks.append(("storage", "storage", cfg.storage,
+                       lambda c: c([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)))
+    else:
+        checks.append(("placement", "placement", cfg.placement, lambda c: c(**cfg.placement_options)))
+    problems = []
+    for option, slot, name, build in checks:
+        try:
+            build(plugins.load_driver(slot, name))
+        except (LedgerStoreError, ValueError, TypeError) as exc:
+            problems.append(f"'{option}': {exc}")
+    return problems
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -432,6 +500,7 @@ def load(
         except ConfigError as exc:
             raise ConfigError(f"{source} (with environment/overrides): {exc}") from None
     problems = cfg.validate()  # type: ignore[attr-defined]
+    problems.extend(plugin_problems(kind, cfg))
     from ledgerstore.plugins import hooks
 
     for extra_problems in hooks().hook.ledgerstore_config_validate(kind=kind, config=cfg):

@@ -13,6 +13,7 @@ import binascii
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -38,10 +39,18 @@ from ledgerstore.errors import (
 from ledgerstore.latency import LatencyHistogram
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManager, compare_cookies
 from ledgerstore.meta.ledgers import LedgerManager
-from ledgerstore.plugins import create_metadata_store, create_transport, load_driver, notify
+from ledgerstore.plugins import create_transport, load_driver, notify
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
 from ledgerstore.proto.digest import ENTRY_HEADER, master_key, parse_entry_header
+from ledgerstore.startup import (
+    SUPERVISOR_PID_ENV,
+    check_port_free,
+    listen_error,
+    prepare_dirs,
+    set_parent_death_signal,
+    start_metadata_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +146,14 @@ class Bookie:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
-        self.journal_dir.mkdir(parents=True, exist_ok=True)
-        for d in self.ledger_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-        self.store = create_metadata_store(cfg.metadata, **cfg.metadata_options)
-        await self.store.start()
+        # Everything that can fail for a reason the operator must fix (a directory, a plugin's
+        # options, the metadata store, a port) is checked before the cookie is written: a failed
+        # start leaves no cookie behind, in the directories or in the metadata store.
+        prepare_dirs([("journal_dir", self.journal_dir), *(("ledger_dirs", d) for d in self.ledger_dirs)])
+        engine = load_driver("storage", cfg.storage)(self.ledger_dirs, **cfg.storage_options)
+        if cfg.http_port:
+            check_port_free("http_port", cfg.http_address, cfg.http_port)
+        self.store = await start_metadata_store(cfg.metadata, cfg.metadata_options, cfg.metadata_start_retry_s)
         self.registry = BookieRegistry(self.store)
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
@@ -151,7 +163,11 @@ class Bookie:
             "max_unfinished_frame_bytes": cfg.max_unfinished_frame_bytes,
             "unfinished_frame_timeout_s": cfg.unfinished_frame_timeout_s,
         })
-        self.server = await transport.serve(cfg.listen, self)
+        try:
+            self.server = await transport.serve(cfg.listen, self)
+        except OSError as exc:
+            await self.store.close()
+            raise listen_error("listen", cfg.listen, split_address(cfg.listen)[2], exc) from None
         if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
             self.advertised = self.server.address
             _, host, port = split_address(self.advertised)
@@ -167,8 +183,7 @@ class Bookie:
             await self.store.close()
             raise
 
-        engine_cls = load_driver("storage", cfg.storage)
-        self.engine = engine_cls(self.ledger_dirs, **cfg.storage_options)
+        self.engine = engine
         await asyncio.to_thread(self.engine.open)
         self.journal = Journal(
             self.journal_dir,
@@ -1052,8 +1067,6 @@ class Bookie:
 
 async def run_bookie(config: BookieConfig, ready: Any = None) -> None:
     """Run a bookie until cancelled or SIGTERM/SIGINT (used by the CLI)."""
-    import signal
-
     bookie = Bookie(config)
     await bookie.start()
     if ready is not None:
@@ -1065,7 +1078,22 @@ async def run_bookie(config: BookieConfig, ready: Any = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
+    supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
+    watch = loop.create_task(watch_supervisor(int(supervisor), stop)) if supervisor.isdigit() else None
     try:
         await stop.wait()
     finally:
+        if watch is not None:
+            watch.cancel()
         await bookie.stop()
+
+
+async def watch_supervisor(pid: int, stop: asyncio.Event, interval: float = 0.5) -> None:
+    """Set ``stop`` once the supervising process (``ledgerstore standalone``) is gone, so no bookie
+    outlives it holding its port. The parent-death signal does this at once on Linux (SIGTERM
+    here, for a clean stop); polling the parent id covers the platforms without it."""
+    set_parent_death_signal(signal.SIGTERM)
+    while os.getppid() == pid:
+        await asyncio.sleep(interval)
+    log.warning("supervisor (pid %d) is gone; stopping", pid)
+    stop.set()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
+import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ledgerstore.api import MetadataStore
+from ledgerstore.client.client import Client
 from ledgerstore.errors import ConfigError, LedgerStoreError, NoSuchEntryError, NoSuchLedgerError
+from ledgerstore.meta.bookies import ClusterManager
 
 T = TypeVar("T")
 # Piped output is not cut at 80 columns: tables stay whole for grep and for people alike.
@@ -36,17 +42,67 @@ def handle_errors(fn: Callable[..., T]) -> Callable[..., T]:
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
+        # Messages are printed as text, not rich markup: an install hint's extra
+        # (pip install 'ledgerstore[rocksdb]') must survive on the command line.
         except ConfigError as exc:
-            err_console.print(f"[red]configuration error:[/red] {exc}")
+            err_console.print(f"[red]configuration error:[/red] {escape(str(exc))}")
             sys.exit(EXIT_USAGE)
         except (NoSuchLedgerError, NoSuchEntryError) as exc:
-            err_console.print(f"[red]not found:[/red] {exc}")
+            err_console.print(f"[red]not found:[/red] {escape(str(exc))}")
             sys.exit(EXIT_NOT_FOUND)
         except LedgerStoreError as exc:
-            err_console.print(f"[red]error ({type(exc).__name__}):[/red] {exc}")
+            err_console.print(f"[red]error ({type(exc).__name__}):[/red] {escape(str(exc))}")
+            sys.exit(EXIT_FAILED)
+        except OSError as exc:  # a file or socket the command needs: one line, not a traceback
+            where = f" ({exc.filename})" if exc.filename else ""
+            err_console.print(f"[red]error:[/red] {escape(exc.strerror or str(exc))}{escape(where)}")
             sys.exit(EXIT_FAILED)
 
     return wrapper
+
+
+class NoClusterError(LedgerStoreError):
+    """The metadata store holds no cluster (no instance id): a mistyped URI, or a cluster not yet
+    created with ``initnewcluster`` or ``ledgerstore standalone``."""
+
+
+def no_cluster(uri: str) -> NoClusterError:
+    return NoClusterError(f"no cluster is initialised at {uri}: check the URI, or create one with "
+                          f"'ledgerstore shell --metadata {uri} initnewcluster' (ledgerstore standalone creates its own)")
+
+
+def refuse_missing_sqlite_file(uri: str) -> None:
+    """A sqlite store creates its file on connect: refuse a path that does not exist before that,
+    so a mistyped path leaves no empty database behind."""
+    scheme, _, rest = uri.partition("://")
+    if scheme == "sqlite":
+        path = rest.partition("?")[0]
+        if path and path != ":memory:" and not os.path.exists(path):
+            raise no_cluster(uri)
+
+
+async def require_cluster(store: MetadataStore, uri: str) -> str:
+    """The cluster instance id at ``uri``; NoClusterError when none was initialised there.
+
+    Every client command except ``initnewcluster`` calls this on its started store (the shell in
+    ``ShellContext.with_client``); call :func:`refuse_missing_sqlite_file` before starting it."""
+    iid = await ClusterManager(store).instance_id()
+    if iid is None:
+        raise no_cluster(uri)
+    return iid
+
+
+@contextlib.asynccontextmanager
+async def cluster_client(**client_kwargs: Any) -> AsyncIterator[Client]:
+    """``async with cluster_client(metadata=URI) as client``: a started client of an initialised
+    cluster, or NoClusterError (one line) without creating anything at the URI."""
+    client = Client(**client_kwargs)
+    uri = client.config.metadata
+    refuse_missing_sqlite_file(uri)
+    async with client:
+        assert client.store is not None
+        await require_cluster(client.store, uri)
+        yield client
 
 
 def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: str | None = None) -> None:

@@ -40,9 +40,11 @@ def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str,
 
 
 @click.command()
-@click.option("--bookies", default=3, show_default=True, help="number of bookie processes")
+@click.option("--bookies", default=3, show_default=True, type=click.IntRange(min=1),
+              help="number of bookie processes (at least 1)")
 @click.option("--data-dir", default="ledgerstore-data", show_default=True, type=click.Path(file_okay=False))
-@click.option("--port-base", default=3181, show_default=True, help="first bookie's port; the others follow")
+@click.option("--port-base", default=3181, show_default=True, type=click.IntRange(0, 65535),
+              help="first bookie's port; the others follow (0: any free ports)")
 @click.option("--storage", default="entrylog", show_default=True, help="storage engine plugin")
 @click.option("--transport", default="tcp", show_default=True, help="transport plugin (scheme)")
 @click.option("--demo", is_flag=True, help="run a demo workload (write, read back, verify), then stop")
@@ -52,7 +54,8 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                demo_entries: int) -> None:
     """Run sqlite metadata and N bookies on this machine. Ctrl-C stops it; a restart on the same
     --data-dir keeps every ledger."""
-    cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport)
+    # Supervised: the bookies die with this process, even on kill -9, so none keeps its port.
+    cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport, supervise=True)
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
     stop = {"now": False}
 
@@ -67,7 +70,7 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
         console.print(f"[green]cluster up[/green] in {time.monotonic() - t0:.1f}s")
         console.print(f"metadata URI: [bold]{cluster.metadata}[/bold]")
         for i in range(bookies):
-            console.print(f"  bookie {i}: {transport}://127.0.0.1:{port_base + i}  (log: {cluster.config_path(i).parent / 'bookie.log'})")
+            console.print(f"  bookie {i}: {cluster.address(i)}  (log: {cluster.log_path(i)})")
         if demo:
             console.print(f"demo: writing {demo_entries} entries of 100 bytes (E=3 Qw=2 Qa=2), reading them back ...")
             r = run_demo(cluster.metadata, demo_entries)
@@ -83,6 +86,7 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                     cluster.start_bookie(i)
             time.sleep(0.5)
     finally:
-        console.print("stopping bookies ...")
-        cluster.stop()
-        console.print("stopped")
+        if cluster.procs:  # a start that failed already said why in one line
+            console.print("stopping bookies ...")
+            cluster.stop()
+            console.print("stopped")
