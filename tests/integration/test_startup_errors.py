@@ -254,16 +254,20 @@ def test_kill_9_of_the_standalone_leaves_no_bookie_running(tmp_path: Path) -> No
     proc, _ = _start_standalone(tmp_path / "d", "--port-base", str(base))
     bookies = _children(proc.pid)
     assert len(bookies) == 2
-    proc.kill()
-    proc.wait(30)
-    _wait_gone(bookies)
+    try:
+        proc.kill()
+        proc.wait(30)
+        _wait_gone(bookies)
+    finally:  # a failing run must not leave its bookies behind either
+        for pid in bookies:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
     again, out = _start_standalone(tmp_path / "d", "--port-base", str(base))  # its ports are free again
     try:
         assert "cluster up" in out
     finally:
         again.send_signal(signal.SIGTERM)
         again.wait(60)
-    _wait_gone(bookies)
 
 
 def test_a_second_standalone_on_taken_ports_fails_in_one_line_or_picks_free_ones(tmp_path: Path) -> None:
