@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ledgerstore.cli.common import console, handle_errors
+from ledgerstore.cli.common import cluster_client, console, handle_errors
 from ledgerstore.cluster import LocalCluster
 
 
@@ -17,10 +17,8 @@ def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str,
     """Write and read back ``entries`` entries through the async API; returns figures."""
     import asyncio
 
-    from ledgerstore.aio import Client
-
     async def demo() -> dict[str, float]:
-        async with Client(metadata=metadata) as client:
+        async with cluster_client(metadata=metadata) as client:
             lh = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"demo")
             payloads = [os.urandom(size) for _ in range(entries)]
             t0 = time.perf_counter()
