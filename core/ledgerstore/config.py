@@ -300,9 +300,9 @@ class ClientConfig:
             problems.append(
                 f"need ensemble >= write_quorum >= ack_quorum >= 1, got {self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
             )
-        from ledgerstore.proto.digest import DIGEST_TYPES
+        from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type
 
-        if self.digest not in DIGEST_TYPES:
+        if normalize_digest_type(self.digest) not in DIGEST_TYPES:
             problems.append(f"'digest' = {self.digest!r}; choose one of {', '.join(DIGEST_TYPES)}")
         if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
             problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import ledgerstore
 from ledgerstore.cli.shell import normalize_bookkeeper_flags
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.proto.digest import DigestManager, normalize_digest_type
@@ -226,3 +227,13 @@ def test_updatecookie_expands_storage_of_a_stopped_bookie_and_refuses_a_running_
     assert listed["local"]["ledger_dirs"] == listed["registered"]["ledger_dirs"] == generated["ledger_dirs"]
     cluster.start_bookie(0)
     cluster.wait_registered([0])  # the bookie accepts its expanded storage
+
+
+def test_a_ledger_created_with_a_bookkeeper_digest_name_uses_our_digest(shared_cluster: LocalCluster) -> None:
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        lh = client.create_ledger(3, 2, 2, digest="MAC", password=b"pw")
+        lh.append(b"signed")
+        lh.close()
+        assert lh.metadata.digest_type == "hmac-sha256"
+        rh = client.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, 0)] == [b"signed"]

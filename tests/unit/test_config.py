@@ -67,3 +67,10 @@ def test_environment_overrides(tmp_path: Path) -> None:
 def test_client_quorum_validation() -> None:
     with pytest.raises(ConfigError, match="ensemble >= write_quorum >= ack_quorum"):
         load_client_config(None, metadata="sqlite:///x.db", ensemble=2, write_quorum=3)
+
+
+def test_bookkeeper_digest_names_are_accepted_in_client_config() -> None:
+    for name in ("CRC32", "CRC32C", "MAC", "DUMMY", "crc32c"):
+        assert load_client_config(None, metadata="sqlite:///x.db", digest=name).digest == name
+    with pytest.raises(ConfigError, match="digest"):
+        load_client_config(None, metadata="sqlite:///x.db", digest="SHA7")

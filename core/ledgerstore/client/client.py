@@ -22,7 +22,7 @@ from ledgerstore.errors import (
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.plugins import create_metadata_store, load_driver, notify
-from ledgerstore.proto.digest import DIGEST_TYPES, password_check
+from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type, password_check
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Client:
         e = self.config.ensemble if ensemble is None else ensemble
         qw = self.config.write_quorum if write_quorum is None else write_quorum
         qa = self.config.ack_quorum if ack_quorum is None else ack_quorum
-        dt = digest or self.config.digest
+        dt = normalize_digest_type(digest or self.config.digest)  # ours or BookKeeper's spelling
         if not e >= qw >= qa >= 1:
             raise InvalidArgumentError(f"need ensemble >= write_quorum >= ack_quorum >= 1, got {e}/{qw}/{qa}")
         if dt not in DIGEST_TYPES:
