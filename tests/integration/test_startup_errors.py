@@ -214,6 +214,19 @@ def test_a_client_at_a_mistyped_sqlite_path_fails_without_creating_a_database(tm
     assert "no cluster is initialised at" in line
 
 
+def test_a_client_at_an_unreachable_metadata_store_fails_in_one_line() -> None:
+    uri = f"zk://127.0.0.1:{free_ports(1)[0]}/ledgers"
+    code = ("import asyncio, sys\n"
+            "from ledgerstore.cli.common import cluster_client, handle_errors\n"
+            "async def go():\n"
+            "    async with cluster_client(metadata=sys.argv[1], metadata_options={'connect_timeout': 1}):\n"
+            "        pass\n"
+            "handle_errors(lambda: asyncio.run(go()))()\n")
+    line = one_line_failure(subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True,
+                                           timeout=60))
+    assert "could not connect to ZooKeeper" in line
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as fh:
         return [int(x) for x in fh.read().split()]

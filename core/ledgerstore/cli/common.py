@@ -21,6 +21,7 @@ from ledgerstore.api import MetadataStore
 from ledgerstore.client.client import Client
 from ledgerstore.errors import ConfigError, LedgerStoreError, NoSuchEntryError, NoSuchLedgerError
 from ledgerstore.meta.bookies import ClusterManager
+from ledgerstore.startup import quiet_client_libraries
 
 T = TypeVar("T")
 # Piped output is not cut at 80 columns: tables stay whole for grep and for people alike.
@@ -99,10 +100,14 @@ async def cluster_client(**client_kwargs: Any) -> AsyncIterator[Client]:
     client = Client(**client_kwargs)
     uri = client.config.metadata
     refuse_missing_sqlite_file(uri)
-    async with client:
+    try:
+        with quiet_client_libraries():  # an unreachable store is one line, not a reconnect log
+            await client.start()
         assert client.store is not None
         await require_cluster(client.store, uri)
         yield client
+    finally:
+        await client.close()
 
 
 def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: str | None = None) -> None:
