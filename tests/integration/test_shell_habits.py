@@ -237,3 +237,18 @@ def test_a_ledger_created_with_a_bookkeeper_digest_name_uses_our_digest(shared_c
         assert lh.metadata.digest_type == "hmac-sha256"
         rh = client.open_ledger(lh.ledger_id, password=b"pw")
         assert [e.payload for e in rh.read(0, 0)] == [b"signed"]
+
+
+def test_the_shell_refuses_a_metadata_uri_holding_no_cluster_and_creates_nothing(tmp_path: Path) -> None:
+    from .test_cli import ls
+
+    typo = tmp_path / "metdata.db"
+    out = ls("shell", "--metadata", f"sqlite://{typo}", "listbookies", check=False)
+    assert out.returncode != 0
+    assert "no cluster" in out.stderr.lower() or "does not exist" in out.stderr.lower(), out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not typo.exists()
+    # initnewcluster is the command that creates one, and then the shell works there
+    fresh = f"sqlite://{tmp_path / 'new.db'}"
+    ls("shell", "--metadata", fresh, "initnewcluster")
+    assert json.loads(ls("shell", "--metadata", fresh, "listbookies", "--json").stdout) == []

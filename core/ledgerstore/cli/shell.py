@@ -59,10 +59,16 @@ class ShellContext:
             raise ConfigError("no metadata store: pass --metadata URI, --config client.toml or set LEDGERSTORE_METADATA")
         return {"metadata": self.metadata}
 
-    def with_client(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    def with_client(self, fn: Callable[[Any], Awaitable[T]], *, need_cluster: bool = True) -> T:
+        """Run ``fn(client)``. Unless ``need_cluster`` is false (the commands that create or erase
+        a cluster), a metadata URI holding no cluster fails in one line and nothing is created."""
         from ledgerstore.aio import Client
+        from ledgerstore.cli.common import cluster_client
 
         async def go() -> T:
+            if need_cluster:
+                async with cluster_client(**self.client_kwargs()) as client:
+                    return await fn(client)
             async with Client(**self.client_kwargs()) as client:
                 return await fn(client)
 
@@ -378,7 +384,7 @@ def initnewcluster(sc: ShellContext, as_json: bool) -> None:
                                    "use nukeexistingcluster first to start over")
         return await cm.init()
 
-    iid = sc.with_client(go)
+    iid = sc.with_client(go, need_cluster=False)
     if as_json:
         emit({"instance_id": iid}, True)
     else:
@@ -414,7 +420,7 @@ def metaformat(sc: ShellContext, non_interactive: bool, force: bool, as_json: bo
         data = [await client.store.children(p) for p in (layout.LEDGERS, layout.COOKIES, layout.AVAILABLE)]
         return iid, iid is not None or any(data)
 
-    existing, has_data = sc.with_client(existing_cluster)
+    existing, has_data = sc.with_client(existing_cluster, need_cluster=False)
     if has_data and not force:
         what = f"cluster {existing}" if existing else "cluster metadata (ledgers, cookies or bookies)"
         if non_interactive:
@@ -426,7 +432,7 @@ def metaformat(sc: ShellContext, non_interactive: bool, force: bool, as_json: bo
         await _erase_cluster_metadata(client.store)
         return await ClusterManager(client.store).init()  # type: ignore[no-any-return]
 
-    iid = sc.with_client(go)
+    iid = sc.with_client(go, need_cluster=False)
     if as_json:
         emit({"instance_id": iid, "erased_instance_id": existing}, True)
     else:
@@ -455,7 +461,7 @@ def nukeexistingcluster(sc: ShellContext, instance_id: str | None, force: bool, 
         await _erase_cluster_metadata(client.store)
         return existing
 
-    nuked = sc.with_client(go)
+    nuked = sc.with_client(go, need_cluster=False)
     if as_json:
         emit({"nuked_instance_id": nuked}, True)
     else:
