@@ -360,7 +360,7 @@ def deleteledger(sc: ShellContext, ledger_id: int, force: bool, as_json: bool) -
 @handle_errors
 def whatisinstanceid(sc: ShellContext, as_json: bool) -> None:
     """Print the cluster's instance id."""
-    iid = sc.with_client(lambda c: c.instance_id())
+    iid = sc.with_client(lambda c: c.instance_id(), need_cluster=False)  # "none" is an answer here
     if as_json:
         emit({"instance_id": iid}, True)
     else:
