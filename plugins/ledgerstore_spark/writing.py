@@ -3,8 +3,8 @@
 A write task creates a ledger tagged with custom metadata (``spark_job``, ``partition``,
 ``attempt``), writes its rows to it, closes it and returns its id in its commit message. Nothing is
 visible yet: the ledger is not in the log. The driver's ``commit`` then acts as the log's leader
-for a moment: it fences the log's last two ledgers (so a live writer stops, as when a new leader
-takes over), and appends every task's ledger to the log's ledger list in one compare-and-set. Each
+for a moment: it fences every ledger of the log that is not closed, the last two always (so a
+live writer stops, as when a new leader takes over), and appends every task's ledger to the log's ledger list in one compare-and-set. Each
 task's rows stay together and in order; the tasks' ledgers follow one another in the order they
 were created (ledger ids must increase along a log), which is partition order unless tasks started
 out of order or were retried. A job that fails before that leaves the log as it was; ``abort`` (and
@@ -156,6 +156,34 @@ def highest_ledger_id(client: ledgerstore.Client) -> int:
     return max(client.list_ledgers(), default=-1)
 
 
+#: ledgers whose metadata this process saw CLOSED; a closed ledger's metadata never changes again
+_closed_seen: set[tuple[str, int]] = set()
+
+
+def ledgers_to_fence(client: ledgerstore.Client, md: LogMetadata) -> list[int]:
+    """The ledgers of log ``md`` a commit recovers before appending, in log order: the last two always
+    (their writer may still be adding) and every older one whose metadata is not CLOSED (a writer of
+    an older release could roll past a ledger it failed to close; a reader stops at such a ledger
+    until someone closes it). Ledgers already seen CLOSED are not asked again."""
+    uri = client.aio.config.metadata
+    older = [lid for lid in md.ledger_ids[:-2] if (uri, lid) not in _closed_seen]
+
+    async def states() -> list[object]:
+        return await asyncio.gather(*(client.aio.ledger_metadata(lid) for lid in older), return_exceptions=True)
+
+    found = []
+    for lid, lmd in zip(older, run(client, states()) if older else [], strict=True):
+        if isinstance(lmd, NoSuchLedgerError):
+            continue  # deleted under the log (a retention sweep); nothing to fence
+        if isinstance(lmd, BaseException):
+            raise lmd
+        if getattr(lmd, "is_closed", False):
+            _closed_seen.add((uri, lid))
+        else:
+            found.append(lid)
+    return [*found, *md.ledger_ids[-2:]]
+
+
 def commit_to_log(client: ledgerstore.Client, opts: ConnectorOptions, name: str, ledger_ids: list[int],
                   make_extra: Callable[[LogMetadata], list[int] | None] | None = None) -> LogMetadata | None:
     """Append ``ledger_ids`` (closed ledgers) to log ``name`` in one CAS, after fencing its tail.
@@ -167,7 +195,7 @@ def commit_to_log(client: ledgerstore.Client, opts: ConnectorOptions, name: str,
         md = get_or_create_log(client, name)
         if ledger_ids and set(ledger_ids) <= set(md.ledger_ids):
             return md  # an earlier attempt whose answer was lost did land
-        for lid in md.ledger_ids[-2:]:
+        for lid in ledgers_to_fence(client, md):
             # what a new leader does: a live writer of this log is fenced and its ledger closed, so
             # the log keeps "one open ledger, the last one" once ours follow
             client.open_ledger(lid, opts.password, recovery=True)

@@ -232,3 +232,36 @@ def test_example_pipeline_runs_against_a_cluster(shared_cluster: LocalCluster, t
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["batch_written"] == summary["expected"] > 0
     assert summary["stream_written"] == summary["expected"]
+
+
+def test_a_commit_fences_an_open_ledger_anywhere_in_the_log(shared_cluster: LocalCluster, client: Any) -> None:
+    """A writer of an older release could roll past a ledger it failed to close. The commit acts as the
+    log's leader, so it recovers every ledger of the list that is not closed, not only the last two:
+    the stale writer is fenced and the entries it had acknowledged are kept."""
+    from ledgerstore.errors import LedgerFencedError
+    from ledgerstore_spark.logmeta import append_ledgers, get_or_create_log
+    from ledgerstore_spark.options import ConnectorOptions
+    from ledgerstore_spark.writing import commit_to_log
+
+    stale = client.create_ledger(password=b"")
+    for i in range(5):
+        stale.append(f"stale-{i}".encode())
+    closed = []
+    for name in ("b", "c", "d"):
+        lh = client.create_ledger(password=b"")
+        lh.append(name.encode())
+        lh.close()
+        closed.append(lh.ledger_id)
+    md = append_ledgers(client, get_or_create_log(client, "open-in-the-middle"), [stale.ledger_id, *closed])
+    job = client.create_ledger(password=b"")
+    job.append(b"job")
+    job.close()
+    opts = ConnectorOptions.parse({"metadata": shared_cluster.metadata, "log": "open-in-the-middle"})
+    md = commit_to_log(client, opts, "open-in-the-middle", [job.ledger_id])
+    assert md is not None and md.ledger_ids[-1] == job.ledger_id
+    lmd = client.ledger_metadata(stale.ledger_id)
+    assert lmd.is_closed and lmd.last_entry_id == 4
+    with pytest.raises(LedgerFencedError):
+        stale.append(b"after the commit")
+    rh = client.open_log_reader("open-in-the-middle")
+    assert [p for _, p in rh] == [*(f"stale-{i}".encode() for i in range(5)), b"b", b"c", b"d", b"job"]
