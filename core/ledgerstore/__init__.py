@@ -14,13 +14,14 @@ from ledgerstore.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ledgerstore.client.sync import Client, LedgerHandle, ReadHandle
+    from ledgerstore.client.sync import Client, LedgerHandle, LogReader, LogWriter, ReadHandle, call_timeout
 
-__all__ = ["Client", "LedgerHandle", "ReadHandle", "hookimpl", "__version__"]
+__all__ = ["Client", "LedgerHandle", "LogReader", "LogWriter", "ReadHandle", "call_timeout", "hookimpl", "__version__"]
+_SYNC_NAMES = frozenset(__all__) - {"hookimpl", "__version__"}
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing ledgerstore stays cheap for plugins
-    if name in ("Client", "LedgerHandle", "ReadHandle", "LogWriter", "LogReader"):
+    if name in _SYNC_NAMES:
         from ledgerstore.client import sync
 
         return getattr(sync, name)

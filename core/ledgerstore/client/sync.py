@@ -1,262 +1,209 @@
-"""The synchronous facade: ``ledgerstore.Client`` runs an asyncio client on a private loop thread
-so scripts, notebooks and Spark executors can call it without async code."""
+"""The synchronous API: ``ledgerstore.Client`` and its handles, for scripts, notebooks and Spark
+executors.
+
+Every class here is generated from its asyncio counterpart (:mod:`ledgerstore.client._mirror`):
+each coroutine method becomes a blocking method of the same name, signature and docstring,
+running on the process's one ledgerstore loop thread, so the two APIs cannot drift. Written by
+hand is only what must differ: building and closing a client, and the append inbox that lets many
+blocking adds from any number of threads reach the loop in one wake-up and share one batch.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
+import functools
+import inspect
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from ledgerstore.client import client as aio_client
 from ledgerstore.client import ledger as aio_ledger
-from ledgerstore.config import ClientConfig
-from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.client import log as aio_log
+from ledgerstore.client._mirror import (
+    SyncWrapper,
+    acquire,
+    call_timeout,
+    get_loop,
+    relay,
+    release,
+    run,
+    wait_future,
+)
+from ledgerstore.config import load_client_config
+from ledgerstore.meta.logs import Position
 from ledgerstore.proto.digest import Entry
 
-T = TypeVar("T")
+
+class _Inbox:
+    """Adds handed from any thread to the loop: one wake-up per burst, not one per entry, so
+    adds queued while the loop is busy leave in one batch."""
+
+    def __init__(self, submit: Callable[[Any], asyncio.Future[Any]]) -> None:
+        self._submit = submit  # called on the loop
+        self._items: list[tuple[Any, concurrent.futures.Future[Any]]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, item: Any) -> concurrent.futures.Future[Any]:
+        out: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            self._items.append((item, out))
+            wake = not self._scheduled
+            self._scheduled = True
+        if wake:
+            get_loop().call_soon_threadsafe(self._drain)
+        return out
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        submit = self._submit
+        for item, out in items:
+            submit(item).add_done_callback(functools.partial(relay, out=out))
 
 
-class _LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="ledgerstore-client", daemon=True)
-        self._thread.start()
+class ReadHandle(SyncWrapper, mirrors=aio_ledger.ReadHandle):
+    """Synchronous view of :class:`ledgerstore.aio.ReadHandle` (methods generated from it)."""
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("synchronous ledgerstore calls cannot be made from the client's own loop thread")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    _attributes = ("ledger_id",)
 
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-class ReadHandle:
-    """Synchronous view of :class:`ledgerstore.aio.ReadHandle`."""
-
-    def __init__(self, owner: Client, handle: aio_ledger.ReadHandle) -> None:
-        self._owner = owner
-        self._h = handle
-
-    @property
-    def ledger_id(self) -> int:
-        return self._h.ledger_id
-
-    @property
-    def last_add_confirmed(self) -> int:
-        return self._h.last_add_confirmed
-
-    @property
-    def is_closed(self) -> bool:
-        return self._h.is_closed
-
-    @property
-    def metadata(self) -> LedgerMetadata:
-        return self._h.md
-
-    def read(self, first: int, last: int | None = None, *, allow_beyond_lac: bool = False) -> list[Entry]:
-        return self._owner._run(self._h.read(first, last, allow_beyond_lac=allow_beyond_lac))
-
+    # sync-only conveniences kept from the hand-written facade
     def __iter__(self) -> Iterator[Entry]:
-        return self.iter_entries()
-
-    def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000,
-                     read_ahead: int = 1) -> Iterator[Entry]:
-        """Iterate entries in batches; ``read_ahead`` more batches are read while one is consumed."""
-        end = self._h.last_add_confirmed if last is None else last
-        loop = self._owner._lt.loop
-        ahead: collections.deque[concurrent.futures.Future[list[Entry]]] = collections.deque()
-        try:
-            for lo in range(first, end + 1, batch):
-                ahead.append(asyncio.run_coroutine_threadsafe(self._h.read(lo, min(end, lo + batch - 1)), loop))
-                if len(ahead) > read_ahead:
-                    yield from ahead.popleft().result()
-            while ahead:
-                yield from ahead.popleft().result()
-        finally:
-            for f in ahead:
-                f.cancel()
-
-    def read_last_add_confirmed(self) -> int:
-        return self._owner._run(self._h.read_last_add_confirmed())
-
-    def wait_for_lac(self, known: int, timeout: float = 10.0) -> int:
-        return self._owner._run(self._h.wait_for_lac(known, timeout))
-
-    def close(self) -> None:
-        self._owner._run(self._h.close())
+        """Every entry up to the last add confirmed, read in batches."""
+        return self.iter_entries()  # type: ignore[no-any-return,attr-defined]
 
     def __enter__(self) -> ReadHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close()  # type: ignore[attr-defined]
 
 
-class LedgerHandle(ReadHandle):
-    """Synchronous view of :class:`ledgerstore.aio.LedgerHandle`."""
+class LedgerHandle(ReadHandle, mirrors=aio_ledger.LedgerHandle):
+    """Synchronous view of :class:`ledgerstore.aio.LedgerHandle` (methods generated from it, the
+    appends written by hand: they go through one inbox per handle)."""
 
-    _h: aio_ledger.LedgerHandle
+    def __init__(self, obj: aio_ledger.LedgerHandle) -> None:
+        super().__init__(obj)
+        self._inbox = _Inbox(self._submit)
 
-    def __init__(self, owner: Client, handle: aio_ledger.LedgerHandle) -> None:
-        super().__init__(owner, handle)
-        self._inbox: list[tuple[Any, concurrent.futures.Future[int], bool]] = []
-        self._inbox_lock = threading.Lock()
-        self._drain_scheduled = False
+    def _submit(self, item: tuple[bool, Any]) -> asyncio.Future[int]:
+        many, what = item
+        return self.aio.append_many_async(what) if many else self.aio.append_async(what)
 
     def append(self, payload: bytes) -> int:
         """Add an entry; blocks until it is acknowledged and returns its entry id."""
-        return self.append_async(payload).result()
+        return wait_future(self.append_async(payload))  # type: ignore[no-any-return]
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future[int]:
         """Queue an add; the future resolves to the entry id (acks complete in entry order).
 
-        Adds queued from this thread while the client's loop is busy are handed over in one
+        Adds queued from any thread while the client's loop is busy are handed over in one
         wake-up, not one per entry."""
-        return self._queue(payload, False)
+        return self._inbox.put((False, payload))
 
     def append_many(self, payloads: Sequence[bytes]) -> int:
         """Add many entries (consecutive ids); blocks until all are acknowledged and returns the
         last one's entry id."""
-        return self.append_many_async(payloads).result()
+        return wait_future(self.append_many_async(payloads))  # type: ignore[no-any-return]
 
     def append_many_async(self, payloads: Sequence[bytes]) -> concurrent.futures.Future[int]:
         """Queue many adds; the future resolves to the last one's entry id once all of them are
         acknowledged. One future per batch instead of one per entry."""
-        return self._queue(list(payloads), True)
-
-    def _queue(self, what: Any, many: bool) -> concurrent.futures.Future[int]:
-        out: concurrent.futures.Future[int] = concurrent.futures.Future()
-        with self._inbox_lock:
-            self._inbox.append((what, out, many))
-            wake = not self._drain_scheduled
-            self._drain_scheduled = True
-        if wake:
-            self._owner._lt.loop.call_soon_threadsafe(self._drain)
-        return out
-
-    def _drain(self) -> None:
-        with self._inbox_lock:
-            items = self._inbox
-            self._inbox = []
-            self._drain_scheduled = False
-        h = self._h
-        for what, out, many in items:
-            fut = h.append_many_async(what) if many else h.append_async(what)
-            fut.add_done_callback(lambda f, out=out: _relay(f, out))
+        return self._inbox.put((True, list(payloads)))
 
 
-def _relay(f: asyncio.Future[int], out: concurrent.futures.Future[int]) -> None:
-    if f.cancelled():
-        out.cancel()
-    elif f.exception() is not None:
-        out.set_exception(f.exception())  # type: ignore[arg-type]
-    else:
-        out.set_result(f.result())
+class LogWriter(SyncWrapper, mirrors=aio_log.LogWriter):
+    """Synchronous view of :class:`ledgerstore.aio.LogWriter` (methods generated from it, the
+    appends written by hand: they go through one inbox per writer)."""
+
+    _attributes = ("name",)
+
+    def __init__(self, obj: aio_log.LogWriter) -> None:
+        super().__init__(obj)
+        self._inbox = _Inbox(obj.append_async)
+
+    def append(self, payload: bytes) -> Position:
+        """Add an entry; blocks until it is acknowledged and returns its position."""
+        return wait_future(self.append_async(payload))  # type: ignore[no-any-return]
+
+    def append_async(self, payload: bytes) -> concurrent.futures.Future[Position]:
+        """Queue an add; the future resolves to its position (in position order)."""
+        return self._inbox.put(payload)
 
 
-class Client:
-    """Synchronous ledgerstore client.
+class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
+    """Synchronous view of :class:`ledgerstore.aio.LogReader`: ``for position, payload in reader``
+    reads what is in the log now; ``tail()`` keeps following it.
+
+    Iterators read ahead of the caller without a loop round trip per entry; what a ``for`` loop
+    left early had read ahead is returned first by the next ``for`` loop or :meth:`read_batch`,
+    and :attr:`position` counts it as not read yet."""
+
+    _attributes = ("name", "follow", "poll_interval_s", "batch_size", "open_ledger_grace_s")
+    _shared_cursor = True
+
+    @property
+    def position(self) -> Position | None:
+        """Position of the next entry this reader returns (None when it waits for a new ledger)."""
+        if self._unconsumed:
+            return self._unconsumed[0][0]  # type: ignore[no-any-return]
+        return self.aio.position  # type: ignore[no-any-return]
+
+    def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
+        """Up to ``max_entries`` next entries in log order; ``[]`` if none is available right now."""
+        if not self._unconsumed:
+            return run(self.aio.read_batch(max_entries))
+        n = min(max_entries, len(self._unconsumed))
+        return [self._unconsumed.popleft() for _ in range(n)]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until more entries may be available (or ``timeout``); True if :meth:`read_batch`
+        now has something."""
+        return bool(self._unconsumed) or run(self.aio.wait(timeout))
+
+
+class Client(SyncWrapper, mirrors=aio_client.Client):
+    """Synchronous ledgerstore client (methods generated from :class:`ledgerstore.aio.Client`).
 
     >>> client = Client(metadata="sqlite:///tmp/cluster/metadata.db")   # doctest: +SKIP
     >>> lh = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")  # doctest: +SKIP
     """
 
-    def __init__(self, metadata: str | None = None, *, config: ClientConfig | None = None, **overrides: Any) -> None:
-        self._lt = _LoopThread()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(aio_client.Client(*args, **kwargs))
+        self._closed = False
+        acquire()
         try:
-            self._aio = aio_client.Client(metadata, config=config, **overrides)
-            self._run(self._aio.start())
+            run(self.aio.start())
         except BaseException:
-            self._lt.stop()
+            self._closed = True
+            release()
             raise
+
+    __init__.__signature__ = inspect.signature(aio_client.Client.__init__)  # type: ignore[attr-defined]
 
     @classmethod
     def from_config(cls, path: str, **overrides: Any) -> Client:
-        from ledgerstore.config import load_client_config
-
+        """A client configured by the ``[client]`` table of the TOML file at ``path``."""
         return cls(config=load_client_config(path, **overrides))
 
-    @property
-    def aio(self) -> aio_client.Client:
-        """The underlying asyncio client (its coroutines must run on :attr:`loop`)."""
-        return self._aio
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._lt.loop
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._lt.run(coro)
-
-    def create_ledger(self, ensemble: int | None = None, write_quorum: int | None = None,
-                      ack_quorum: int | None = None, digest: str | None = None, password: bytes = b"",
-                      custom_metadata: dict[str, str] | None = None) -> LedgerHandle:
-        h = self._run(self._aio.create_ledger(ensemble, write_quorum, ack_quorum, digest, password, custom_metadata))
-        return LedgerHandle(self, h)
-
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
-        return ReadHandle(self, self._run(self._aio.open_ledger(ledger_id, password, recovery)))
-
-    def delete_ledger(self, ledger_id: int) -> None:
-        self._run(self._aio.delete_ledger(ledger_id))
-
-    def list_ledgers(self) -> list[int]:
-        return self._run(self._aio.list_ledgers())
-
-    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        return self._run(self._aio.ledger_metadata(ledger_id))
-
-    def list_bookies(self, read_only: bool | None = None) -> list[Any]:
-        return self._run(self._aio.list_bookies(read_only))
-
     def close(self) -> None:
+        """Close the client's connections and metadata session (the loop thread stops with the
+        last open client)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
-            self._run(self._aio.close())
+            run(self.aio.close())
         finally:
-            self._lt.stop()
-
-    def __enter__(self) -> Client:
-        return self
+            release()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- logs ----------------------------------------------------------------------------------
 
-    def open_log(self, name: str, *, ensemble: int | None = None, write_quorum: int | None = None,
-                 ack_quorum: int | None = None, digest: str | None = None, password: bytes = b"",
-                 roll_size_bytes: int | None = None, roll_interval_s: float | None = None,
-                 create: bool = True) -> LogWriter:
-        """Become the leader of log ``name`` (see :meth:`ledgerstore.aio.Client.open_log`)."""
-        w = self._run(self._aio.open_log(
-            name, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, digest=digest,
-            password=password, roll_size_bytes=roll_size_bytes, roll_interval_s=roll_interval_s, create=create))
-        return LogWriter(self, w)
-
-    def open_log_reader(self, name: str, start: Position | tuple[int, int] | str = "earliest", *,
-                        password: bytes = b"", follow: bool = False, poll_interval_s: float = 0.5,
-                        batch_size: int = 1000) -> LogReader:
-        """Read log ``name`` from ``start`` without fencing (see :meth:`ledgerstore.aio.Client.open_log_reader`)."""
-        r = self._run(self._aio.open_log_reader(name, start, password=password, follow=follow,
-                                                poll_interval_s=poll_interval_s, batch_size=batch_size))
-        return LogReader(self, r)
-
-    def list_logs(self) -> list[str]:
-        return self._run(self._aio.list_logs())
-
-    def delete_log(self, name: str, password: bytes = b"") -> None:
-        self._run(self._aio.delete_log(name, password))
-
-    def truncate_log(self, name: str, before: Position | tuple[int, int] | str) -> list[int]:
-        return self._run(self._aio.truncate_log(name, before))
-
-
-from ledgerstore.client.log_sync import LogReader, LogWriter  # noqa: E402  (needs Client defined first)
-from ledgerstore.meta.logs import Position  # noqa: E402
+__all__ = ["Client", "LedgerHandle", "LogReader", "LogWriter", "Position", "ReadHandle", "call_timeout"]
