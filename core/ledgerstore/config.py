@@ -336,26 +336,37 @@ def address_problems(option: str, address: str, allow_any_port: bool = False) ->
 
 def plugin_problems(kind: str, cfg: Any) -> list[str]:
     """Problems with the plugins a config names: each must be installed and accept its options.
-    Each backend is built, not started (no file, socket or connection is opened), so its own
-    option checks run; the same check runs in ``config check`` and at start."""
+    Each option table is first checked against the ``Options`` its plugin declares (unknown
+    names, wrong types, values out of range); then each backend is built, not started (no file,
+    socket or connection is opened), so its own checks of how options combine run. The same
+    check runs in ``config check`` and at start."""
     from ledgerstore import plugins
 
-    checks: list[tuple[str, str, str, Any]] = []  # (option, slot, name, build)
+    checks: list[tuple[str, str, str, Mapping[str, Any] | None, Any]] = []  # (option, slot, name, table, build)
     if "://" in cfg.metadata:
-        checks.append(("metadata", "metadata", cfg.metadata.partition("://")[0],
+        checks.append(("metadata", "metadata", cfg.metadata.partition("://")[0], cfg.metadata_options,
                        lambda c: c(cfg.metadata, **cfg.metadata_options)))
     if kind == "bookie":
         if "://" in cfg.listen:
-            checks.append(("listen", "transport", cfg.listen.partition("://")[0],
+            checks.append(("listen", "transport", cfg.listen.partition("://")[0], cfg.transport,
                            lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
-        checks.append(("storage", "storage", cfg.storage,
+        checks.append(("storage", "storage", cfg.storage, cfg.storage_options,
                        lambda c: c([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)))
     else:
-        checks.append(("placement", "placement", cfg.placement, lambda c: c(**cfg.placement_options)))
+        checks.append(("placement", "placement", cfg.placement, cfg.placement_options,
+                       lambda c: c(**cfg.placement_options)))
+        # per-scheme client transport tables ({ "tcp+tls" = { ca_file = ... } }): checked, not built
+        for scheme, table in cfg.transport.items():
+            if isinstance(table, dict) and scheme in plugins.installed("transport"):
+                checks.append((f"transport.{scheme}", "transport", scheme, table, None))
     problems = []
-    for option, slot, name, build in checks:
+    for option, slot, name, table, build in checks:
         try:
-            build(plugins.load_driver(slot, name))
+            plugin = plugins.load_driver(slot, name)
+            declared = plugins.option_problems(slot, name, plugin, table or {})
+            problems.extend(declared)
+            if not declared and build is not None:
+                build(plugin)
         except (LedgerStoreError, ValueError, TypeError) as exc:
             problems.append(f"'{option}': {exc}")
     return problems

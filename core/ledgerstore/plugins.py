@@ -2,7 +2,11 @@
 
 A backend fills one slot and is chosen by name from configuration. A missing or broken backend
 fails at start-up with :class:`~ledgerstore.errors.PluginError` naming the slot, the name asked for,
-the installed names and the extra to install.
+the installed names and the extra to install. A backend's option table is checked against the
+``Options`` dataclass it declares (:func:`option_problems`).
+
+Hook implementations are isolated from each other: one that raises is logged with its plugin's
+name and the others still run (:class:`IsolatingPluginManager`).
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import dataclasses
 import functools
 import importlib.metadata
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pluggy
 from stevedore import driver, extension
 
 from ledgerstore import hookspecs
+from ledgerstore.api.options import check_options
 from ledgerstore.errors import PluginError
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,18 @@ def _reraise(manager: Any, entrypoint: Any, exc: BaseException) -> None:
     raise exc
 
 
+def option_problems(slot: str, name: str, plugin: type, options: Mapping[str, Any]) -> list[str]:
+    """Problems of ``options`` (a config's option table for the ``slot`` backend ``name``) against
+    the ``Options`` dataclass ``plugin`` declares, one line each naming the plugin, the option and
+    the allowed values. A plugin that declares no ``Options`` is not checked (logged at debug)."""
+    declared = getattr(plugin, "Options", None)
+    if declared is None or not dataclasses.is_dataclass(declared):
+        log.debug("%s plugin %r (%s) declares no Options dataclass: its options are not validated",
+                  slot, name, plugin.__qualname__)
+        return []
+    return check_options(declared, options, f"{slot} plugin {name!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class PluginInfo:
     slot: str
@@ -101,21 +119,51 @@ def describe_plugins() -> list[PluginInfo]:
     return rows
 
 
+class IsolatingPluginManager(pluggy.PluginManager):
+    """A pluggy manager whose hook implementations cannot break each other or the caller.
+
+    Every implementation registered (entry point or :meth:`register`) is wrapped: when it raises,
+    the error is logged with the plugin's name and the hook's, the implementation counts as having
+    returned ``None`` (no result), and the remaining implementations still run. Wrappers
+    (``hookwrapper``/``wrapper`` implementations) are left as they are.
+    """
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        plugin_name = super().register(plugin, name)
+        if plugin_name is not None:
+            for caller in self.get_hookcallers(plugin) or []:
+                for impl in caller.get_hookimpls():
+                    if impl.plugin is plugin and not (impl.hookwrapper or impl.wrapper):
+                        impl.function = _isolated(impl.function, plugin_name, caller.name)
+        return plugin_name
+
+
+def _isolated(function: Callable[..., Any], plugin_name: str, hook_name: str) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except Exception:
+            log.exception("hook %s of plugin %r failed; the other implementations still run",
+                          hook_name, plugin_name)
+            return None
+
+    return call
+
+
 @functools.lru_cache(maxsize=1)
 def hooks() -> pluggy.PluginManager:
     """The process-wide plugin manager with every ``ledgerstore.hooks`` entry point loaded."""
-    pm = pluggy.PluginManager("ledgerstore")
+    pm = IsolatingPluginManager("ledgerstore")
     pm.add_hookspecs(hookspecs)
     pm.load_setuptools_entrypoints(HOOKS_GROUP)
     return pm
 
 
 def notify(hook_name: str, **kwargs: Any) -> None:
-    """Call an observer hook; an implementation's failure is logged, never raised."""
-    try:
-        getattr(hooks().hook, hook_name)(**kwargs)
-    except Exception:
-        log.exception("hook %s failed; ignored", hook_name)
+    """Call an observer hook. Each implementation's failure is logged and the others still run
+    (see :class:`IsolatingPluginManager`); nothing is raised to the data path."""
+    getattr(hooks().hook, hook_name)(**kwargs)
 
 
 def uri_scheme(uri: str) -> str:

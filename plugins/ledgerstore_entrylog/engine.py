@@ -21,6 +21,7 @@ so it can never sync a closed or reused descriptor, and a GC or compaction never
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -32,7 +33,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from ledgerstore.api import StorageEngine, StorageStats
+from ledgerstore.api import StorageEngine, StorageStats, option
 from ledgerstore.errors import (
     BookieIOError,
     ConfigError,
@@ -158,6 +159,29 @@ class EntryLogStorage(StorageEngine):
     """
 
     name = "entrylog"
+    supports_batch_add = True
+    supports_compaction = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``storage_options`` table of the entrylog engine."""
+
+        write_buffer_size: int = option(_DEFAULTS["write_buffer_size"], "bytes buffered per active log "
+                                        "before a write", minimum=1)
+        entry_log_size_limit: int = option(_DEFAULTS["entry_log_size_limit"], "roll to a new entry log past "
+                                           "this many bytes", minimum=4096, maximum=1 << 32)
+        page_size: int = option(_DEFAULTS["page_size"], "index page size in bytes (a multiple of 8)", minimum=64)
+        page_limit_bytes: int = option(_DEFAULTS["page_limit_bytes"], "bytes of index pages the ledger cache "
+                                       "holds", minimum=1)
+        minor_compaction_threshold: float = option(_DEFAULTS["minor_compaction_threshold"], "gc() compacts logs "
+                                                   "with less than this live fraction", minimum=0, maximum=1)
+        major_compaction_threshold: float = option(_DEFAULTS["major_compaction_threshold"], "live fraction "
+                                                   "below which a major compaction rewrites a log",
+                                                   minimum=0, maximum=1)
+        flush_interval: float = option(_DEFAULTS["flush_interval"], "seconds between background flushes "
+                                       "(0: only when the bookie flushes)", minimum=0)
+        flush_entrylog_bytes: int = option(_DEFAULTS["flush_entrylog_bytes"], "fdatasync an entry log each time "
+                                           "this many bytes were written to it (0: only at checkpoints)", minimum=0)
 
     def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
         super().__init__(ledger_dirs, **options)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import socket
@@ -38,8 +39,10 @@ from ledgerstore.api import (
     MetadataStore,
     Notification,
     NotificationCallback,
+    SessionEvent,
     Subscription,
     Versioned,
+    option,
 )
 from ledgerstore.errors import (
     BadVersionError,
@@ -122,6 +125,22 @@ class EtcdMetadataStore(MetadataStore):
     """
 
     schemes = ("etcd",)
+    supports_session_events = True
+    supports_tls = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``metadata_options`` table of an ``etcd://`` metadata store."""
+
+        session_timeout: float | None = option(None, "the name every metadata backend understands for lease_ttl",
+                                             minimum=2)
+        lease_ttl: int = option(10, "seconds ephemeral keys outlive a dead process (the lease TTL)", minimum=2)
+        user: str | None = option(None, "etcd user (with password)")
+        password: str | None = option(None, "etcd password (with user)")
+        ca_file: str | None = option(None, "CA bundle of the servers' certificates; switches the channel to TLS")
+        cert_file: str | None = option(None, "client certificate (with key_file and ca_file)")
+        key_file: str | None = option(None, "client certificate's private key")
+        operation_timeout: float = option(30.0, "deadline of every request, in seconds", minimum=0.001)
 
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
@@ -335,14 +354,14 @@ class EtcdMetadataStore(MetadataStore):
                     last_ok = loop.time()
                     continue
                 self._lease_id = None
-                self._fire_session_event("lost")
+                self._fire_session_event(SessionEvent.LOST)
             try:
                 await self._grant_lease()
             except MetadataError as e:
                 log.warning("etcd: could not grant a new lease yet: %s", e)
                 continue
             last_ok = loop.time()
-            self._fire_session_event("restored")
+            self._fire_session_event(SessionEvent.RESTORED)
 
     # --- key mapping --------------------------------------------------------------------------
 

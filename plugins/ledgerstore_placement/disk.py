@@ -8,10 +8,11 @@ weighted, so that a new empty bookie draws more ledgers without drawing all of t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
 from ledgerstore_placement.options import check_known, float_option, make_random
 
@@ -40,6 +41,15 @@ class DiskAwarePlacement(PlacementPolicy):
     """
 
     name = "disk-aware"
+    supports_seed = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``placement_options`` table of the disk-aware policy."""
+
+        max_disk_usage: float = option(0.95, "bookies using more of their disk are never chosen",
+                                       minimum=0.0, maximum=1.0)
+        seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
 from ledgerstore_placement.options import bool_option, check_known, int_option, make_random
 from ledgerstore_placement.striping import (
@@ -50,6 +51,14 @@ class FaultDomainPlacement(PlacementPolicy):
     domain: ClassVar[str] = ""
     #: extra option names a subclass accepts
     extra_options: ClassVar[frozenset[str]] = frozenset()
+    supports_seed = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """Options every fault-domain policy takes; subclasses add ``min_<domain>s_per_write_quorum``."""
+
+        enforce: bool = option(True, "fail rather than place a write quorum in too few fault domains")
+        seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
-from ledgerstore.api import BookieInfo
+from ledgerstore.api import BookieInfo, option
 from ledgerstore_placement.domains import FaultDomainPlacement
 from ledgerstore_placement.options import str_option
 
@@ -24,6 +25,15 @@ class RackAwarePlacement(FaultDomainPlacement):
     name = "rack-aware"
     domain = "rack"
     extra_options: ClassVar[frozenset[str]] = frozenset({"local_rack"})
+    rack_aware = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(FaultDomainPlacement.Options):
+        """The ``placement_options`` table of the rack-aware policy."""
+
+        min_racks_per_write_quorum: int = option(2, "racks every write quorum spans (capped at its size)",
+                                                 minimum=1)
+        local_rack: str | None = option(None, "the reader's rack: its bookies are read first")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
 from ledgerstore_placement.options import check_known, make_random
 
@@ -16,6 +17,13 @@ class RandomPlacement(PlacementPolicy):
     """Any distinct writable bookies, chosen uniformly at random. Option: ``seed``."""
 
     name = "random"
+    supports_seed = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``placement_options`` table of the random policy."""
+
+        seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

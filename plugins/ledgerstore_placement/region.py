@@ -4,10 +4,11 @@ of one region are spread over its racks."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ledgerstore.api import BookieInfo
+from ledgerstore.api import BookieInfo, option
 from ledgerstore_placement.domains import FaultDomainPlacement
 from ledgerstore_placement.options import str_option
 
@@ -28,6 +29,17 @@ class RegionAwarePlacement(FaultDomainPlacement):
     name = "region-aware"
     domain = "region"
     extra_options: ClassVar[frozenset[str]] = frozenset({"local_region", "local_rack"})
+    rack_aware = True
+    region_aware = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(FaultDomainPlacement.Options):
+        """The ``placement_options`` table of the region-aware policy."""
+
+        min_regions_per_write_quorum: int = option(2, "regions every write quorum spans (capped at its size)",
+                                                   minimum=1)
+        local_region: str | None = option(None, "the reader's region: its bookies are read first")
+        local_rack: str | None = option(None, "the reader's rack within local_region: read before the rest")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

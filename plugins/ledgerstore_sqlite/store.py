@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -31,6 +32,7 @@ from ledgerstore.api import (
     NotificationCallback,
     Subscription,
     Versioned,
+    option,
 )
 from ledgerstore.errors import (
     BadVersionError,
@@ -158,6 +160,19 @@ class SqliteMetadataStore(MetadataStore):
     """
 
     schemes = ("sqlite",)
+    supports_session_events = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``metadata_options`` table of a ``sqlite://`` metadata store."""
+
+        session_timeout: float | None = option(None, "the name every metadata backend understands for "
+                                               "session_ttl", minimum=0.001)
+        session_ttl: float = option(10.0, "seconds ephemeral keys of a killed process outlive it", minimum=0.001)
+        poll_interval: float = option(0.05, "seconds between polls of the change table while watches exist",
+                                      minimum=0.001)
+        busy_timeout: float = option(30.0, "seconds to wait for another process's write lock", minimum=0.001)
+        synchronous: str = option("full", "sqlite's synchronous mode", choices=("full", "normal"))
 
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)

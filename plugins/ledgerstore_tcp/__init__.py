@@ -20,6 +20,7 @@ unfinished frame is older than ``unfinished_frame_timeout_s`` is closed
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import struct
@@ -27,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ledgerstore.api import Connection, FrameHandler, Server, Transport, split_address
+from ledgerstore.api import Connection, FrameHandler, Server, Transport, option, split_address
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 
 __all__ = ["TcpTransport", "FrameDecoder"]
@@ -394,6 +395,18 @@ class TcpTransport(Transport):
     ``max_unfinished_frame_bytes`` and ``unfinished_frame_timeout_s`` (see the module docstring)."""
 
     schemes = ("tcp",)
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``[transport]`` table of a ``tcp://`` bookie, or a client's ``[transport.tcp]``."""
+
+        high_water: int = option(DEFAULT_HIGH_WATER, "bytes of unsent frames per connection before "
+                                 "the sender waits (the bookie stops reading that peer)", minimum=1)
+        connect_timeout: float = option(5.0, "seconds a client waits to connect", minimum=0.001)
+        max_unfinished_frame_bytes: int = option(DEFAULT_MAX_UNFINISHED_FRAME_BYTES, "bytes of unfinished "
+                                                 "frames a server buffers across all connections", minimum=1)
+        unfinished_frame_timeout_s: float = option(DEFAULT_UNFINISHED_FRAME_TIMEOUT_S, "seconds a connection "
+                                                   "may take to finish a frame", minimum=0.001)
 
     def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
         super().__init__(max_frame_size=max_frame_size, **options)

@@ -18,11 +18,12 @@ bookie's certificate) cannot be told apart from a dropped connection and is not 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 from typing import Any
 
-from ledgerstore.api import FrameHandler, Server
+from ledgerstore.api import FrameHandler, Server, option
 from ledgerstore.errors import ConfigError
 
 from . import TcpTransport
@@ -87,6 +88,19 @@ class TlsTcpTransport(TcpTransport):
     """TCP with TLS; see the module docstring for the options."""
 
     schemes = ("tcp+tls",)
+    supports_tls = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(TcpTransport.Options):
+        """The ``[transport]`` table of a ``tcp+tls://`` bookie, or a client's ``[transport."tcp+tls"]``."""
+
+        cert_file: str | None = option(None, "server: the bookie's certificate chain (PEM)")
+        key_file: str | None = option(None, "server: the private key of cert_file (PEM)")
+        require_client_cert: bool = option(False, "server: ask for and verify client certificates against ca_file")
+        ca_file: str | None = option(None, "CAs trusted to sign the peer's certificate (PEM)")
+        client_cert_file: str | None = option(None, "client: certificate sent when the bookie asks (PEM)")
+        client_key_file: str | None = option(None, "client: the private key of client_cert_file (PEM)")
+        server_hostname: str | None = option(None, "client: the name checked in the bookie's certificate")
 
     def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
         super().__init__(max_frame_size=max_frame_size, **options)

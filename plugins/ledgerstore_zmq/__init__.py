@@ -2,7 +2,9 @@
 
 Addresses are ``zmq://host:port`` (port 0 binds a random free port). One ZMQ message part is one
 frame, so ZMQ does the framing; libzmq refuses a message larger than ``max_frame_size`` before
-allocating it (``ZMQ_MAXMSGSIZE``) and disconnects its sender.
+allocating it (``ZMQ_MAXMSGSIZE``) and disconnects its sender. The sender's client connection
+sees that disconnect (socket monitor) and closes, as a ``tcp`` one does, instead of letting
+libzmq reconnect silently; other peers are not affected.
 
 Options (the ``[transport]`` table):
 
@@ -25,6 +27,7 @@ see ``docs/transports.md``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,13 +35,13 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ledgerstore.api import Connection, FrameHandler, Server, Transport, split_address
+from ledgerstore.api import Connection, FrameHandler, Server, Transport, option, split_address
 from ledgerstore.errors import BookieUnavailableError, ConfigError
 
 from .client import _CLIENT_EVENTS, ZmqConnection
 from .curve import CurveClientKeys, CurveServerKeys
 from .server import ZmqPeer, ZmqServer
-from .sockopts import apply_socket_options
+from .sockopts import DEFAULT_HWM, apply_socket_options
 
 __all__ = ["ZmqTransport", "ZmqConnection", "ZmqServer", "ZmqPeer"]
 
@@ -53,6 +56,27 @@ class ZmqTransport(Transport):
     context has at most one ZAP authenticator)."""
 
     schemes = ("zmq",)
+    supports_curve = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``[transport]`` table of a ``zmq://`` bookie, or a client's ``[transport.zmq]``."""
+
+        sndhwm: int = option(DEFAULT_HWM, "libzmq send high-water mark, in messages per peer", minimum=0)
+        rcvhwm: int = option(DEFAULT_HWM, "libzmq receive high-water mark, in messages per peer", minimum=0)
+        high_water: int = option(DEFAULT_HIGH_WATER, "bytes a client connection queues before drain waits",
+                                 minimum=1)
+        connect_timeout: float = option(5.0, "seconds connect waits for the handshake", minimum=0.001)
+        heartbeat_interval: float = option(2.0, "seconds between ZMTP pings (0 turns them off)", minimum=0)
+        peer_check_interval: float = option(2.0, "seconds between the server's checks for vanished peers",
+                                            minimum=0.001)
+        curve_server_secret_key: str | None = option(None, "server: Z85 secret key or key file; turns CURVE on")
+        curve_server_public_key: str | None = option(None, "the server's Z85 public key or key file")
+        curve_allowed_clients: str | list[str] | None = option(
+            None, "server: a directory of *.key files or a list of Z85 client public keys")
+        curve_allow_any: bool = option(False, "server: accept any client key (encryption without authentication)")
+        curve_public_key: str | None = option(None, "client: its Z85 public key or key file")
+        curve_secret_key: str | None = option(None, "client: its Z85 secret key or key file")
 
     def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
         super().__init__(max_frame_size=max_frame_size, **options)

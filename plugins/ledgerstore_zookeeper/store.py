@@ -20,6 +20,7 @@ are handed to the loop with ``call_soon_threadsafe``; only start and close run i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -34,8 +35,10 @@ from ledgerstore.api import (
     MetadataStore,
     Notification,
     NotificationCallback,
+    SessionEvent,
     Subscription,
     Versioned,
+    option,
 )
 from ledgerstore.errors import (
     BadVersionError,
@@ -112,6 +115,17 @@ class ZooKeeperMetadataStore(MetadataStore):
     """
 
     schemes = ("zk",)
+    supports_session_events = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``metadata_options`` table of a ``zk://`` metadata store."""
+
+        session_timeout: float = option(10.0, "seconds ephemeral keys outlive a dead process "
+                                        "(the server clamps it to [2, 20] ticks)", minimum=0.1)
+        auth: str | None = option(None, "'user:password' for digest authentication and ACLs")
+        connect_timeout: float = option(15.0, "seconds start() waits for the first session", minimum=0.001)
+        operation_timeout: float = option(30.0, "seconds any single request may take", minimum=0.001)
 
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
@@ -223,14 +237,14 @@ class ZooKeeperMetadataStore(MetadataStore):
             return
         if state == KazooState.LOST:
             self._session_lost = True
-            self._fire_session_event("lost")
+            self._fire_session_event(SessionEvent.LOST)
         elif state == KazooState.CONNECTED:
             # Persistent watches are per connection on the server; kazoo does not re-send them.
             for path in list(self._subs):
                 self._readd_watch(path)
             if self._session_lost:
                 self._session_lost = False
-                self._fire_session_event("restored")
+                self._fire_session_event(SessionEvent.RESTORED)
 
     def _readd_watch(self, path: str) -> None:
         async def readd() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+import grpc
 import pytest
+from aetcd import rpc
 
 from ledgerstore.testing import MetadataStoreConformance
 from ledgerstore_etcd import EtcdMetadataStore
@@ -25,6 +27,16 @@ class TestEtcdMetadataStore(MetadataStoreConformance):
         # A fresh prefix per test: tests share the session-scoped server but never each other's keys.
         uri = etcd_server.uri(f"/conformance-{uuid.uuid4().hex[:12]}")
         return lambda: EtcdMetadataStore(uri, lease_ttl=3)
+
+    @pytest.fixture
+    def expire_session(self, etcd_server: EtcdServer):
+        async def expire(store: EtcdMetadataStore) -> None:
+            # revoke the store's lease from another connection, as the server does at its TTL
+            assert store.lease_id is not None
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{etcd_server.port}") as channel:
+                await rpc.LeaseStub(channel).LeaseRevoke(rpc.LeaseRevokeRequest(ID=store.lease_id), timeout=10)
+
+        return expire
 
 
 def test_children_pages_skip_subtrees_without_losing_siblings(etcd_server: EtcdServer, monkeypatch) -> None:

@@ -6,7 +6,7 @@ Each test gets its own namespace, so the suite's "one shared, empty namespace" h
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -23,3 +23,10 @@ class TestMemoryMetadataStore(MetadataStoreConformance):
         name = f"conformance-{uuid.uuid4().hex}"
         yield lambda: MemoryMetadataStore(f"memory://{name}")
         drop_namespace(name)
+
+    @pytest.fixture
+    def expire_session(self) -> Callable[[MemoryMetadataStore], Awaitable[None]]:
+        async def expire(store: MemoryMetadataStore) -> None:
+            store.expire_session()
+
+        return expire

@@ -7,10 +7,12 @@ from ledgerstore.api.metadata import (
     MetadataStore,
     Notification,
     NotificationCallback,
+    SessionEvent,
     SessionListener,
     Subscription,
     Versioned,
 )
+from ledgerstore.api.options import OptionInfo, check_options, describe_options, option
 from ledgerstore.api.placement import BookieInfo, PlacementPolicy
 from ledgerstore.api.storage import StorageEngine, StorageStats
 from ledgerstore.api.transport import (
@@ -36,12 +38,17 @@ __all__ = [
     "NotificationCallback",
     "PlacementPolicy",
     "Server",
+    "OptionInfo",
     "ServerConnection",
+    "SessionEvent",
     "SessionListener",
     "StorageEngine",
     "StorageStats",
     "Subscription",
     "Transport",
     "Versioned",
+    "check_options",
+    "describe_options",
+    "option",
     "split_address",
 ]

@@ -16,7 +16,7 @@ import abc
 import dataclasses
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import ClassVar, Final
 
 #: ``expected_version`` meaning "the key must not exist yet" (create-if-absent).
 NOT_EXISTS: Final = -1
@@ -46,10 +46,24 @@ class Notification:
     key: str
 
 
+class SessionEvent(enum.StrEnum):
+    """What a store tells its session listeners, in this order for one outage.
+
+    The values equal the strings earlier versions passed, so ``event == "lost"`` keeps working.
+    """
+
+    #: the session is gone, and with it every ephemeral key this store created; watches may
+    #: have missed changes. Owners of ephemeral keys stop acting on them (a bookie refuses adds).
+    LOST = "lost"
+    #: a new session is established and watches deliver again; owners re-create their
+    #: ephemeral keys (a bookie re-registers) and re-read what they watch.
+    RESTORED = "restored"
+
+
 NotificationCallback = Callable[[Notification], None]
-SessionListener = Callable[[str], None]
-"""Called with ``"lost"`` when the session (and so every ephemeral key) is gone, and ``"restored"``
-when a new session is established."""
+SessionListener = Callable[[SessionEvent], None]
+"""Called with :attr:`SessionEvent.LOST` when the session (and so every ephemeral key) is gone,
+and :attr:`SessionEvent.RESTORED` when a new session is established."""
 
 
 class Subscription(abc.ABC):
@@ -76,6 +90,18 @@ class MetadataStore(abc.ABC):
 
     #: the URI schemes this backend serves, e.g. ``("zk",)``
     schemes: tuple[str, ...] = ()
+
+    # --- capabilities: what the backend guarantees beyond the abstract methods. Core and the
+    # conformance suite read these flags instead of testing for methods or backend names.
+
+    #: :meth:`watch` delivers changes made by other clients (a backend without it still
+    #: implements ``watch`` but callers must poll)
+    supports_watches: ClassVar[bool] = True
+    #: the backend detects the loss and restoration of its session and tells listeners with
+    #: :class:`SessionEvent` (without it, ephemeral keys can vanish unannounced)
+    supports_session_events: ClassVar[bool] = False
+    #: the backend can reach its server over TLS (options name the certificates)
+    supports_tls: ClassVar[bool] = False
 
     def __init__(self, uri: str, **options: object) -> None:
         self.uri = uri
@@ -132,7 +158,8 @@ class MetadataStore(abc.ABC):
         Never returns the same value twice, across processes and restarts."""
 
     def add_session_listener(self, listener: SessionListener) -> None:
-        """Register a callback for session loss/restoration (see :data:`SessionListener`)."""
+        """Register a callback for session loss/restoration (see :data:`SessionListener`); only
+        backends with :attr:`supports_session_events` ever call it."""
         self._session_listeners().append(listener)
 
     def _session_listeners(self) -> list[SessionListener]:
@@ -142,8 +169,10 @@ class MetadataStore(abc.ABC):
             self._ls_listeners = listeners
         return listeners
 
-    def _fire_session_event(self, event: str) -> None:
-        """For backends: tell listeners the session was ``"lost"`` or ``"restored"``."""
+    def _fire_session_event(self, event: SessionEvent | str) -> None:
+        """For backends: tell listeners the session was lost or restored (a
+        :class:`SessionEvent`; its string value is accepted too)."""
+        event = SessionEvent(event)
         for listener in list(self._session_listeners()):
             listener(event)
 

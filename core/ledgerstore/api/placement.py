@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -31,6 +31,16 @@ class PlacementPolicy(abc.ABC):
     """
 
     name: str = ""
+
+    # --- capabilities: read by the conformance suite.
+
+    #: the option ``seed`` makes the choices reproducible: two policies built with the same
+    #: options and seed choose the same ensembles from the same bookies
+    supports_seed: ClassVar[bool] = False
+    #: new ensembles spread each write quorum over racks (the ``rack`` of :class:`BookieInfo`)
+    rack_aware: ClassVar[bool] = False
+    #: new ensembles spread over regions (the ``region`` of :class:`BookieInfo`)
+    region_aware: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options

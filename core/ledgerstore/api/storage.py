@@ -16,7 +16,7 @@ import abc
 import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ledgerstore.errors import LedgerStoreError
 
@@ -43,6 +43,19 @@ class StorageEngine(abc.ABC):
     """
 
     name: str = ""
+
+    # --- capabilities: read by the bookie and the conformance suite instead of testing for
+    # methods or engine names.
+
+    #: :meth:`add_entries` / :meth:`get_entries` are overridden to do one lookup and one lock per
+    #: batch (without it the defaults call :meth:`add_entry` / :meth:`get_entry` per entry)
+    supports_batch_add: ClassVar[bool] = False
+    #: :meth:`compact` rewrites partly-dead storage to reclaim space (without it ``compact`` does
+    #: nothing and the bookie's minor and major compaction runs are skipped)
+    supports_compaction: ClassVar[bool] = False
+    #: what :meth:`flush` made durable survives a crash and a reopen of the same directories
+    #: (an in-memory engine says False; the bookie then relies on the journal alone)
+    durable_sync: ClassVar[bool] = True
 
     def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
         self.ledger_dirs = [Path(d) for d in ledger_dirs]
@@ -140,6 +153,15 @@ class StorageEngine(abc.ABC):
 
     def gc(self) -> StorageStats:
         """Reclaim space of deleted ledgers now; returns stats. Engines without GC return stats()."""
+        return self.stats()
+
+    def compact(self, threshold: float) -> StorageStats:
+        """Rewrite stored data whose live fraction is below ``threshold`` (0..1; the bookie passes
+        its minor or major compaction threshold) so the space of deleted ledgers is reclaimed;
+        every entry of a ledger not deleted stays readable. Returns stats.
+
+        The default does nothing and returns :meth:`stats`: engines that compact override it and
+        set :attr:`supports_compaction`."""
         return self.stats()
 
     @abc.abstractmethod

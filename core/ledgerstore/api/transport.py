@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 #: Default largest frame accepted, in bytes (BookKeeper's nettyMaxFrameSizeBytes is 5 MB).
 DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
@@ -88,6 +88,18 @@ class Transport(abc.ABC):
     """
 
     schemes: tuple[str, ...] = ()
+
+    # --- capabilities: read by the bookie and the conformance suite.
+
+    #: connections are TLS (server and client certificates as options)
+    supports_tls: ClassVar[bool] = False
+    #: connections are authenticated and encrypted with ZeroMQ CURVE keys
+    supports_curve: ClassVar[bool] = False
+    #: a server closes the connection of a peer that sends a frame over ``max_frame_size`` and
+    #: that peer's client sees it closed (``on_close``). Without it the transport must still drop
+    #: the frame unread and keep serving others, but the sender may not be told (sockets that
+    #: reconnect by themselves below the transport).
+    closes_oversized_senders: ClassVar[bool] = True
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, **options: Any) -> None:
         self.max_frame_size = max_frame_size

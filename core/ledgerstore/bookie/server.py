@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, StorageEngine
+from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, SessionEvent, StorageEngine
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.compaction import CompactionControl
@@ -343,11 +343,11 @@ class Bookie:
         await self.registry.register(self.info())
         self._registered_event.set()
 
-    def _on_session_event(self, event: str) -> None:
-        if event == "lost":
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST:
             log.warning("metadata session lost: refusing adds until re-registered")
             self._registered_event.clear()
-        elif event == "restored":
+        elif event is SessionEvent.RESTORED:
             log.warning("metadata session restored: re-registering")
             assert self._loop is not None
             self._loop.create_task(self._register())
@@ -427,7 +427,7 @@ class Bookie:
         after = await asyncio.to_thread(self.engine.gc)
         now = time.monotonic()
         compacted = None
-        compact = getattr(self.engine, "compact", None)
+        compact = self.engine.compact if self.engine.supports_compaction else None
         cfg = self.config
         if compact is not None:
             if self.compaction.allows("major") and (major or (

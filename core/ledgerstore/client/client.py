@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy
+from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy, Transport
 from ledgerstore.client.channel import ChannelPool
 from ledgerstore.client.ledger import LedgerHandle, ReadHandle, recover
 from ledgerstore.config import ClientConfig, load_client_config
@@ -34,8 +34,17 @@ class Client:
     ``etcd://host:2379/ledgers``); other keyword arguments override :class:`ClientConfig` fields.
     """
 
-    def __init__(self, metadata: str | None = None, *, config: ClientConfig | None = None,
-                 metadata_store: MetadataStore | None = None, **overrides: Any) -> None:
+    def __init__(self, metadata: str | ClientConfig | None = None, *, config: ClientConfig | None = None,
+                 metadata_store: MetadataStore | None = None, transport: Transport | dict[str, Any] | None = None,
+                 placement: PlacementPolicy | str | None = None, **overrides: Any) -> None:
+        if isinstance(metadata, ClientConfig) and config is None:  # Client(config, ...)
+            metadata, config = None, metadata
+        # ``placement="rack-aware"`` and ``transport={...}`` are config overrides; instances are plugins
+        for name, value in (("placement", placement), ("transport", transport)):
+            if value is not None and not isinstance(value, PlacementPolicy | Transport):
+                overrides[name] = value
+        placement = placement if isinstance(placement, PlacementPolicy) else None
+        transport = transport if isinstance(transport, Transport) else None
         if config is None:
             if metadata is not None:
                 overrides["metadata"] = metadata
@@ -50,7 +59,12 @@ class Client:
         self._started = False
         self._bookie_cache: tuple[float, list[BookieInfo]] = (0.0, [])
         self._endpoints: dict[str, str] = {}
-        self.placement: PlacementPolicy = load_driver("placement", config.placement)(**config.placement_options)
+        #: plugin instances given by the caller (tests, embedding) replace the ones the config
+        #: names: ``transport`` serves the schemes it declares
+        self._given_transport = transport
+        self.placement: PlacementPolicy = (
+            placement if placement is not None
+            else load_driver("placement", config.placement)(**config.placement_options))
 
     @classmethod
     def from_config(cls, path: str, **overrides: Any) -> Client:
@@ -65,6 +79,8 @@ class Client:
         self.ledgers = LedgerManager(self.store)
         self.registry = BookieRegistry(self.store)
         self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size)
+        if self._given_transport is not None:
+            self.pool._transports.update(dict.fromkeys(self._given_transport.schemes, self._given_transport))
         self._started = True
         notify("ledgerstore_client_started", client=self)
         return self

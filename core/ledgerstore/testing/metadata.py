@@ -9,11 +9,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ledgerstore.api import NOT_EXISTS, EventType, MetadataStore, Notification
+from ledgerstore.api import NOT_EXISTS, EventType, MetadataStore, Notification, SessionEvent
 from ledgerstore.errors import BadVersionError, KeyExistsError, NoSuchKeyError
+from ledgerstore.testing.capabilities import require
 
 T = TypeVar("T")
 StoreFactory = Callable[[], MetadataStore]
+SessionExpirer = Callable[[MetadataStore], Awaitable[None]]
 
 
 def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
@@ -36,7 +38,12 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, inter
 
 class MetadataStoreConformance:
     """Subclass and provide a ``store_factory`` fixture returning a callable that builds a new,
-    unstarted store client connected to one shared, empty namespace."""
+    unstarted store client connected to one shared, empty namespace.
+
+    Backends that declare ``supports_session_events`` also provide ``expire_session``: an async
+    callable that ends a started store's session from outside, as the server does when it
+    expires a session (ZooKeeper: close a second client on the same session id; etcd: revoke the
+    lease; sqlite: delete the session row). Without it the session cases are skipped."""
 
     #: total CAS rounds in the concurrent-writers race (the issue asks for 1,000)
     cas_race_rounds = 1000
@@ -48,6 +55,10 @@ class MetadataStoreConformance:
     @pytest.fixture
     def store_factory(self) -> StoreFactory:  # pragma: no cover - must be overridden
         raise NotImplementedError("conformance suites need a store_factory fixture")
+
+    @pytest.fixture
+    def expire_session(self) -> SessionExpirer:
+        pytest.skip("this suite's subclass gives no expire_session fixture")
 
     def _with_stores(self, factory: StoreFactory, n: int, body: Callable[..., Awaitable[Any]]) -> Any:
         async def main() -> Any:
@@ -236,3 +247,45 @@ class MetadataStoreConformance:
             assert await s.get("/tree/a") is None
 
         self._with_stores(store_factory, 1, body)
+
+    def test_session_lost_and_restored(self, store_factory: StoreFactory, expire_session: SessionExpirer) -> None:
+        """When the server ends a store's session: listeners hear LOST then RESTORED (as
+        :class:`SessionEvent` members, nothing else); the session's ephemeral keys are gone for
+        everyone while persistent keys stay; watches deliver again without being re-created; and
+        the store can create ephemeral keys on its new session."""
+
+        async def body(owner: MetadataStore, observer: MetadataStore) -> None:
+            require(owner, "supports_session_events")
+            events: list[object] = []
+            owner.add_session_listener(events.append)
+            seen: list[Notification] = []
+            sub = await owner.watch("/sess/w", seen.append)
+            await owner.put_ephemeral("/sess/eph/bookie-1", b"alive")
+            await owner.put("/sess/persistent", b"kept", NOT_EXISTS)
+            assert await observer.get("/sess/eph/bookie-1") is not None
+            await observer.put("/sess/w/before", b"x")
+            await wait_until(lambda: any(n.key == "/sess/w/before" for n in seen))
+
+            await expire_session(owner)
+            await wait_until(lambda: len(events) >= 2, timeout=self.ephemeral_timeout + 15)
+            assert events == [SessionEvent.LOST, SessionEvent.RESTORED]
+            assert all(type(e) is SessionEvent for e in events)
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.ephemeral_timeout
+            while await observer.get("/sess/eph/bookie-1") is not None:
+                assert loop.time() < deadline, "an ephemeral key outlived its lost session"
+                await asyncio.sleep(0.1)
+            kept = await observer.get("/sess/persistent")
+            assert kept is not None and kept.value == b"kept"
+
+            await observer.put("/sess/w/after", b"y")
+            await wait_until(lambda: any(n.key == "/sess/w/after" for n in seen))
+            sub.cancel()
+
+            await owner.put_ephemeral("/sess/eph/bookie-1", b"again")
+            again = await observer.get("/sess/eph/bookie-1")
+            assert again is not None and again.value == b"again"
+            assert events == [SessionEvent.LOST, SessionEvent.RESTORED], "a second session event came"
+
+        self._with_stores(store_factory, 2, body)

@@ -6,6 +6,7 @@ import pytest
 
 from ledgerstore.api import BookieInfo, PlacementPolicy
 from ledgerstore.errors import NotEnoughBookiesError
+from ledgerstore.testing.capabilities import require
 
 
 def make_bookies(n: int, read_only: frozenset[int] = frozenset()) -> list[BookieInfo]:
@@ -26,7 +27,8 @@ def make_bookies(n: int, read_only: frozenset[int] = frozenset()) -> list[Bookie
 
 
 class PlacementPolicyConformance:
-    """Subclass and provide a ``policy`` fixture returning a policy instance."""
+    """Subclass and provide a ``policy`` fixture returning a policy instance. Cases follow the
+    policy's capability flags (``supports_seed``, ``rack_aware``, ``region_aware``)."""
 
     @pytest.fixture
     def policy(self) -> PlacementPolicy:  # pragma: no cover - must be overridden
@@ -68,3 +70,27 @@ class PlacementPolicyConformance:
         ens = [b.bookie_id for b in bookies[:3]]
         order = policy.reorder_read_sequence(ens, [0, 1, 2], bookies)
         assert sorted(order) == [0, 1, 2]
+
+    def test_same_seed_same_choices(self, policy: PlacementPolicy) -> None:
+        require(policy, "supports_seed")
+        bookies = make_bookies(9)
+        a, b = (type(policy)(**{**policy.options, "seed": 1234}) for _ in range(2))
+        assert [a.new_ensemble(3, 2, 2, bookies) for _ in range(20)] == [
+            b.new_ensemble(3, 2, 2, bookies) for _ in range(20)]
+
+    def test_write_quorums_span_racks(self, policy: PlacementPolicy) -> None:
+        require(policy, "rack_aware")
+        self._write_quorums_span(policy, "rack")
+
+    def test_write_quorums_span_regions(self, policy: PlacementPolicy) -> None:
+        require(policy, "region_aware")
+        self._write_quorums_span(policy, "region")
+
+    def _write_quorums_span(self, policy: PlacementPolicy, domain: str) -> None:
+        bookies = make_bookies(6)  # three racks and three regions, two bookies in each
+        where = {b.bookie_id: getattr(b, domain) for b in bookies}
+        for _ in range(20):
+            ens = policy.new_ensemble(3, 2, 2, bookies)
+            for first in range(3):
+                quorum = [ens[(first + i) % 3] for i in range(2)]
+                assert len({where[b] for b in quorum}) == 2, (domain, ens)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ledgerstore.api import StorageEngine
+from ledgerstore.api import StorageEngine, StorageStats
 from ledgerstore.errors import InvalidArgumentError, NoSuchEntryError, NoSuchLedgerError
+from ledgerstore.testing.capabilities import require, require_not
 
 EngineFactory = Callable[[Path], StorageEngine]
 
@@ -18,7 +19,11 @@ EngineFactory = Callable[[Path], StorageEngine]
 class StorageEngineConformance:
     """Subclass and provide an ``engine_factory`` fixture: a callable that, given a directory,
     returns an unopened engine storing its data there. Calling it twice on one directory must
-    give two engines over the same data (used to test reopening)."""
+    give two engines over the same data (used to test reopening).
+
+    Cases follow the engine's capability flags: reopening needs ``durable_sync``, compaction
+    cases need ``supports_compaction`` (and the default ``compact`` is checked on engines
+    without it)."""
 
     @pytest.fixture
     def engine_factory(self) -> EngineFactory:  # pragma: no cover - must be overridden
@@ -32,6 +37,7 @@ class StorageEngineConformance:
         e.close()
 
     def _reopen(self, engine: StorageEngine, factory: EngineFactory, tmp_path: Path) -> StorageEngine:
+        require(engine, "durable_sync")
         engine.close()
         e = factory(tmp_path / "data")
         e.open()
@@ -159,13 +165,49 @@ class StorageEngineConformance:
             engine.delete_ledger(lid)
         engine.flush()
         engine.gc()
-        compact = getattr(engine, "compact", None)
-        if compact is not None:
-            compact(0.8)
+        if engine.supports_compaction:
+            engine.compact(0.8)
         after = engine.stats().bytes_on_disk
         assert after < before, (before, after)
         for e in range(64):
             assert len(engine.get_entry(71, e)) == 16 * 1024
+
+    def _two_ledgers_one_deleted(self, engine: StorageEngine) -> dict[int, bytes]:
+        kept = {e: os.urandom(8 * 1024) for e in range(64)}
+        for lid in (80, 81):
+            engine.set_master_key(lid, b"mk")
+            for e, data in kept.items():
+                engine.add_entry(lid, e, data)
+        engine.flush()
+        engine.delete_ledger(80)
+        engine.flush()
+        engine.gc()
+        return kept
+
+    def test_compaction_keeps_every_live_entry(
+        self, engine: StorageEngine, engine_factory: EngineFactory, tmp_path: Path
+    ) -> None:
+        require(engine, "supports_compaction")
+        kept = self._two_ledgers_one_deleted(engine)
+        for threshold in (0.2, 0.8, 1.0):
+            assert isinstance(engine.compact(threshold), StorageStats)
+        assert not engine.has_ledger(80)
+        assert all(engine.get_entry(81, e) == data for e, data in kept.items())
+        engine.flush()
+        if engine.durable_sync:
+            engine = self._reopen(engine, engine_factory, tmp_path)
+            try:
+                assert all(engine.get_entry(81, e) == data for e, data in kept.items())
+                assert not engine.has_ledger(80)
+            finally:
+                engine.close()
+
+    def test_compact_without_the_capability_does_nothing(self, engine: StorageEngine) -> None:
+        require_not(engine, "supports_compaction")
+        kept = self._two_ledgers_one_deleted(engine)
+        before = engine.stats()
+        assert engine.compact(0.8) == before
+        assert all(engine.get_entry(81, e) == data for e, data in kept.items())
 
     def test_stats(self, engine: StorageEngine) -> None:
         engine.set_master_key(50, b"mk")

@@ -11,6 +11,7 @@ import pytest
 
 from ledgerstore.api import ServerConnection, Transport
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
+from ledgerstore.testing.capabilities import declares
 from ledgerstore.testing.metadata import run, wait_until
 
 
@@ -20,6 +21,8 @@ class EchoHandler:
     def __init__(self) -> None:
         self.frames = 0
         self.lost = 0
+        #: size of the largest frame handed to the handler
+        self.largest = 0
         self.conns: list[ServerConnection] = []
 
     def frames_received(self, conn: ServerConnection, frames: Sequence[bytes]) -> None:
@@ -27,6 +30,7 @@ class EchoHandler:
             self.conns.append(conn)
         for f in frames:
             self.frames += 1
+            self.largest = max(self.largest, len(f))
             conn.send(bytes(f))
 
     def connection_lost(self, conn: ServerConnection) -> None:
@@ -160,5 +164,45 @@ class TransportConformance:
             await wait_until(lambda: len(c.closed) == 1)
             with pytest.raises(BookieUnavailableError):
                 c.conn.send(b"after close")
+
+        run(main())
+
+    def test_oversized_frame_drops_its_sender_and_others_are_served(  # type: ignore[no-untyped-def]
+        self, transport_factory, server_transport_factory, listen_address
+    ) -> None:
+        """A peer sending a frame over the server's ``max_frame_size`` is refused before the
+        frame is buffered: the frame never reaches the handler, and another client connected
+        meanwhile is served on. With ``closes_oversized_senders`` (tcp, tcp+tls, and zmq, whose
+        client sees libzmq's disconnect of the sender and closes) the sender's client sees its
+        connection closed."""
+
+        async def main() -> None:
+            handler = EchoHandler()
+            server_transport = server_transport_factory()
+            server = await server_transport.serve(listen_address, handler)
+            try:
+                bystander = await Client().connect(transport_factory(), server.address)
+                bystander.conn.send(b"before")
+                await wait_until(lambda: bystander.received == [b"before"], timeout=10)
+                sender_transport = transport_factory()
+                # the sending side allows what the server refuses, as a hostile or misconfigured peer would
+                sender_transport.max_frame_size = self.max_frame_size * 4
+                offender = await Client().connect(sender_transport, server.address)
+                offender.conn.send(b"hello")
+                await wait_until(lambda: offender.received == [b"hello"], timeout=10)
+                offender.conn.send(b"\x00" * (self.max_frame_size * 2))
+                if declares(server_transport, "closes_oversized_senders"):
+                    await wait_until(lambda: len(offender.closed) == 1, timeout=10)
+                    assert offender.conn.is_closed
+                    await wait_until(lambda: handler.lost >= 1, timeout=10)
+                assert handler.largest <= self.max_frame_size, "the oversized frame reached the handler"
+                assert all(len(f) <= self.max_frame_size for f in offender.received)
+                bystander.conn.send(b"still-served")
+                await wait_until(lambda: bystander.received == [b"before", b"still-served"], timeout=10)
+                assert not bystander.closed
+                await bystander.conn.close()
+                await offender.conn.close()
+            finally:
+                await server.close()
 
         run(main())

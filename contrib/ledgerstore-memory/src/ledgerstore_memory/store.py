@@ -18,6 +18,7 @@ collected without being closed (the analogue of a crashed process whose session 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -31,6 +32,7 @@ from ledgerstore.api import (
     MetadataStore,
     Notification,
     NotificationCallback,
+    SessionEvent,
     Subscription,
     Versioned,
 )
@@ -411,6 +413,11 @@ class MemoryMetadataStore(MetadataStore):
     """
 
     schemes = (SCHEME,)
+    supports_session_events = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The memory store takes no options."""
 
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
@@ -462,7 +469,7 @@ class MemoryMetadataStore(MetadataStore):
         """Simulate a session expiry, as a ZooKeeper server or etcd lease timeout would cause.
 
         This session's ephemeral keys vanish at once; a new session replaces it; session
-        listeners are then told ``"lost"`` and ``"restored"``, in that order, on the loop the store
+        listeners are then told ``SessionEvent.LOST`` and ``SessionEvent.RESTORED``, in that order, on the loop the store
         was started on. Callable from any thread. Watches stay in place.
         """
         if self._closed or self._session is None or self._loop is None:
@@ -470,7 +477,7 @@ class MemoryMetadataStore(MetadataStore):
         old = self._session
         self._open_session()
         self._ns.end_session(old)
-        for event in ("lost", "restored"):
+        for event in (SessionEvent.LOST, SessionEvent.RESTORED):
             self._loop.call_soon_threadsafe(self._tell_listeners, event)
 
     def _open_session(self) -> None:
@@ -480,7 +487,7 @@ class MemoryMetadataStore(MetadataStore):
         # Must not reference self, or the store could never be collected.
         self._finalizer = weakref.finalize(self, self._ns.dead.append, (self._store_id, self._session))
 
-    def _tell_listeners(self, event: str) -> None:
+    def _tell_listeners(self, event: SessionEvent) -> None:
         try:
             self._fire_session_event(event)
         except Exception:

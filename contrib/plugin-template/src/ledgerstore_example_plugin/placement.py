@@ -6,11 +6,12 @@ every writable bookie takes the same share, whatever its rack, region or free sp
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import ConfigError, NotEnoughBookiesError
 
 __all__ = ["RoundRobinPlacement"]
@@ -25,6 +26,12 @@ class RoundRobinPlacement(PlacementPolicy):
     """
 
     name = "round-robin"
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The ``placement_options`` table: checked by ledgerstore when the configuration loads."""
+
+        start: int = option(0, "the position of the first ensemble's first bookie")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
