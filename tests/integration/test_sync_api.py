@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import ledgerstore
 from ledgerstore import aio
 from ledgerstore.client import _mirror
 from ledgerstore.cluster import LocalCluster
-from ledgerstore.errors import LedgerClosedError
+from ledgerstore.errors import LedgerClosedError, LedgerStoreError
 from ledgerstore.meta.logs import Position
 
 PW = b"pw"
@@ -78,6 +79,50 @@ def test_a_sync_call_interrupted_by_its_deadline_leaves_no_task_on_the_loop(clie
     assert time.monotonic() - started < 30
     assert _tasks_on_loop() <= before, "the long poll kept running on the loop after the caller gave up"
     lh.close()
+
+
+def test_ctrl_c_during_a_blocking_call_cancels_it_on_the_loop(client: ledgerstore.Client) -> None:
+    lh = client.create_ledger(3, 3, 2, password=PW)
+    lh.append(b"only entry")
+    rh = client.open_ledger(lh.ledger_id, PW, recovery=False)
+    rh.read_last_add_confirmed()
+    before = _tasks_on_loop()
+    main = threading.get_ident()
+    sent = threading.Event()
+
+    def interrupt_once_the_long_poll_runs() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _tasks_on_loop() - before:
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGINT)
+        sent.set()
+
+    helper = threading.Thread(target=interrupt_once_the_long_poll_runs)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rh.wait_for_lac(rh.last_add_confirmed + 10, timeout=60)
+    finally:
+        helper.join(60)
+    assert sent.is_set()
+    assert _tasks_on_loop() <= before, "the long poll kept running on the loop after Ctrl-C"
+    lh.close()
+
+
+def test_the_loop_thread_stops_with_the_last_client_and_its_handles_refuse_work(
+        shared_cluster: LocalCluster) -> None:
+    c = ledgerstore.Client(metadata=shared_cluster.metadata)
+    lh = c.create_ledger(3, 2, 2, password=PW)
+    lh.append(b"before close")
+    thread = next(t for t in threading.enumerate() if t.name == "ledgerstore-io")
+    c.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    with pytest.raises(LedgerStoreError, match="is closed"):
+        lh.append(b"after close")
+    with pytest.raises(LedgerStoreError, match="is closed"):
+        lh.read_last_add_confirmed()
+    c.close()  # a second close is harmless
 
 
 def test_an_iterator_left_at_its_deadline_stops_reading_ahead(client: ledgerstore.Client) -> None:

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, TypeVar
 
+from ledgerstore.errors import LedgerStoreError
+
 T = TypeVar("T")
 
 #: async protocol methods and the synchronous names they are mirrored as
@@ -210,6 +212,9 @@ def run(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = N
     if _on_loop_thread(loop):
         coro.close()
         raise RuntimeError("synchronous ledgerstore calls cannot be made from the client's own loop thread")
+    if loop.is_closed():
+        coro.close()
+        raise LedgerStoreError("the ledgerstore client this object belongs to is closed")
     call = _Call(loop, coro)
     try:
         return call.result.result(_remaining())  # type: ignore[no-any-return]
@@ -258,6 +263,8 @@ class _Pump:
     most :data:`ITER_READ_AHEAD` items ahead: no loop round trip per item."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, make: Callable[[], Any]) -> None:
+        if loop.is_closed():
+            raise LedgerStoreError("the ledgerstore client this object belongs to is closed")
         self.loop = loop
         self.buf: collections.deque[Any] = collections.deque()
         self.cond = threading.Condition()
@@ -341,8 +348,9 @@ class _Pump:
         return left
 
 
-def iterate(make: Callable[[], Any], unconsumed: collections.deque[Any] | None = None) -> Iterator[Any]:
-    """A blocking iterator over the async iterator ``make()`` returns (``make`` runs on the loop).
+def iterate(loop: asyncio.AbstractEventLoop, make: Callable[[], Any],
+            unconsumed: collections.deque[Any] | None = None) -> Iterator[Any]:
+    """A blocking iterator over the async iterator ``make()`` returns (``make`` runs on ``loop``).
 
     With ``unconsumed`` (a cursor shared by every iterator of one object), it first yields what an
     earlier iterator read but nobody took, and what it reads itself but nobody takes (the caller
@@ -350,7 +358,7 @@ def iterate(make: Callable[[], Any], unconsumed: collections.deque[Any] | None =
     if unconsumed:
         while unconsumed:
             yield unconsumed.popleft()
-    pump = _Pump(get_loop(), make)
+    pump = _Pump(loop, make)
     try:
         while True:
             more, item = pump.take()
@@ -368,17 +376,17 @@ def iterate(make: Callable[[], Any], unconsumed: collections.deque[Any] | None =
 _SYNC_OF: dict[type, type[SyncWrapper]] = {}
 
 
-def to_sync(value: Any, owner: SyncWrapper | None = None) -> Any:
+def to_sync(value: Any, owner: SyncWrapper) -> Any:
     """``value`` as the synchronous API returns it: mirrored async objects wrapped, async
     iterators as blocking iterators."""
-    if owner is not None and value is owner.aio:
+    if value is owner.aio:
         return owner
     for cls in type(value).__mro__:
         wrapper = _SYNC_OF.get(cls)
         if wrapper is not None:
-            return wrapper(value)
+            return wrapper(value, owner.loop)
     if hasattr(value, "__anext__"):
-        return iterate(lambda: value, None if owner is None else owner._cursor())
+        return iterate(owner.loop, lambda: value, owner._cursor())
     return value
 
 
@@ -415,18 +423,18 @@ def _mirror_member(owner: type, name: str, member: Any) -> Any:
         return None  # classmethods, staticmethods and class attributes
     if inspect.iscoroutinefunction(member):
         def blocking(self: SyncWrapper, *args: Any, **kwargs: Any) -> Any:
-            return to_sync(run(getattr(self.aio, name)(*args, **kwargs)), self)
+            return to_sync(run(getattr(self.aio, name)(*args, **kwargs), self.loop), self)
 
         return _describe(blocking, sync_name, owner, member)
     if inspect.isasyncgenfunction(member):
         def iterating(self: SyncWrapper, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            return iterate(lambda: getattr(self.aio, name)(*args, **kwargs), self._cursor())
+            return iterate(self.loop, lambda: getattr(self.aio, name)(*args, **kwargs), self._cursor())
 
         return _describe(iterating, sync_name, owner, member)
 
     def on_loop(self: SyncWrapper, *args: Any, **kwargs: Any) -> Any:
         # a plain method of an async object may touch loop state: call it there
-        return to_sync(run(_call_plain(getattr(self.aio, name), *args, **kwargs)), self)
+        return to_sync(run(_call_plain(getattr(self.aio, name), *args, **kwargs), self.loop), self)
 
     return _describe(on_loop, sync_name, owner, member)
 
@@ -479,8 +487,9 @@ class SyncWrapper:
                     functools.partial(_get_attr, name=attr), functools.partial(_set_attr, name=attr),
                     doc=f"The async object's ``{attr}``."))
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._aio = obj
+        self._loop = loop or get_loop()
         #: what iterators of a shared cursor read ahead and nobody took yet
         self._unconsumed: collections.deque[Any] = collections.deque()
 
@@ -494,8 +503,8 @@ class SyncWrapper:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The process's ledgerstore event loop, which runs every coroutine of the sync API."""
-        return get_loop()
+        """The event loop the asyncio object lives on: the process's ledgerstore loop thread."""
+        return self._loop
 
     def __repr__(self) -> str:
         return f"<sync {self._aio!r}>"

@@ -25,13 +25,13 @@ from ledgerstore.client._mirror import (
     SyncWrapper,
     acquire,
     call_timeout,
-    get_loop,
     relay,
     release,
     run,
     wait_future,
 )
 from ledgerstore.config import load_client_config
+from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.logs import Position
 from ledgerstore.proto.digest import Entry
 
@@ -40,7 +40,8 @@ class _Inbox:
     """Adds handed from any thread to the loop: one wake-up per burst, not one per entry, so
     adds queued while the loop is busy leave in one batch."""
 
-    def __init__(self, submit: Callable[[Any], asyncio.Future[Any]]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, submit: Callable[[Any], asyncio.Future[Any]]) -> None:
+        self._loop = loop
         self._submit = submit  # called on the loop
         self._items: list[tuple[Any, concurrent.futures.Future[Any]]] = []
         self._lock = threading.Lock()
@@ -53,7 +54,14 @@ class _Inbox:
             wake = not self._scheduled
             self._scheduled = True
         if wake:
-            get_loop().call_soon_threadsafe(self._drain)
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: so is the client
+                with self._lock:
+                    items, self._items = self._items, []
+                    self._scheduled = False
+                for _, refused in items:
+                    refused.set_exception(LedgerStoreError("the ledgerstore client this handle belongs to is closed"))
         return out
 
     def _drain(self) -> None:
@@ -86,9 +94,9 @@ class LedgerHandle(ReadHandle, mirrors=aio_ledger.LedgerHandle):
     """Synchronous view of :class:`ledgerstore.aio.LedgerHandle` (methods generated from it, the
     appends written by hand: they go through one inbox per handle)."""
 
-    def __init__(self, obj: aio_ledger.LedgerHandle) -> None:
-        super().__init__(obj)
-        self._inbox = _Inbox(self._submit)
+    def __init__(self, obj: aio_ledger.LedgerHandle, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(obj, loop)
+        self._inbox = _Inbox(self.loop, self._submit)
 
     def _submit(self, item: tuple[bool, Any]) -> asyncio.Future[int]:
         many, what = item
@@ -122,9 +130,9 @@ class LogWriter(SyncWrapper, mirrors=aio_log.LogWriter):
 
     _attributes = ("name",)
 
-    def __init__(self, obj: aio_log.LogWriter) -> None:
-        super().__init__(obj)
-        self._inbox = _Inbox(obj.append_async)
+    def __init__(self, obj: aio_log.LogWriter, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(obj, loop)
+        self._inbox = _Inbox(self.loop, obj.append_async)
 
     def append(self, payload: bytes) -> Position:
         """Add an entry; blocks until it is acknowledged and returns its position."""
@@ -156,14 +164,14 @@ class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
     def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` next entries in log order; ``[]`` if none is available right now."""
         if not self._unconsumed:
-            return run(self.aio.read_batch(max_entries))
+            return run(self.aio.read_batch(max_entries), self.loop)
         n = min(max_entries, len(self._unconsumed))
         return [self._unconsumed.popleft() for _ in range(n)]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more entries may be available (or ``timeout``); True if :meth:`read_batch`
         now has something."""
-        return bool(self._unconsumed) or run(self.aio.wait(timeout))
+        return bool(self._unconsumed) or run(self.aio.wait(timeout), self.loop)
 
 
 class Client(SyncWrapper, mirrors=aio_client.Client):
@@ -174,11 +182,10 @@ class Client(SyncWrapper, mirrors=aio_client.Client):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(aio_client.Client(*args, **kwargs))
+        super().__init__(aio_client.Client(*args, **kwargs), acquire())
         self._closed = False
-        acquire()
         try:
-            run(self.aio.start())
+            run(self.aio.start(), self.loop)
         except BaseException:
             self._closed = True
             release()
@@ -198,7 +205,7 @@ class Client(SyncWrapper, mirrors=aio_client.Client):
             return
         self._closed = True
         try:
-            run(self.aio.close())
+            run(self.aio.close(), self.loop)
         finally:
             release()
 
