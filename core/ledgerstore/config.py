@@ -352,13 +352,16 @@ def plugin_problems(kind: str, cfg: Any) -> list[str]:
                            lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
         checks.append(("storage", "storage", cfg.storage, cfg.storage_options,
                        lambda c: c([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)))
+        client_tables = ("autorecovery.client_transport", cfg.autorecovery.client_transport)
     else:
         checks.append(("placement", "placement", cfg.placement, cfg.placement_options,
                        lambda c: c(**cfg.placement_options)))
-        # per-scheme client transport tables ({ "tcp+tls" = { ca_file = ... } }): checked, not built
-        for scheme, table in cfg.transport.items():
-            if isinstance(table, dict) and scheme in plugins.installed("transport"):
-                checks.append((f"transport.{scheme}", "transport", scheme, table, None))
+        client_tables = ("transport", cfg.transport)
+    # per-scheme client transport tables ({ "tcp+tls" = { ca_file = ... } }): checked, not built
+    prefix, tables = client_tables
+    for scheme, table in tables.items():
+        if isinstance(table, dict) and scheme in plugins.installed("transport"):
+            checks.append((f"{prefix}.{scheme}", "transport", scheme, table, None))
     problems = []
     for option, slot, name, table, build in checks:
         try:

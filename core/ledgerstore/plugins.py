@@ -86,7 +86,7 @@ def option_problems(slot: str, name: str, plugin: type, options: Mapping[str, An
     the ``Options`` dataclass ``plugin`` declares, one line each naming the plugin, the option and
     the allowed values. A plugin that declares no ``Options`` is not checked (logged at debug)."""
     declared = getattr(plugin, "Options", None)
-    if declared is None or not dataclasses.is_dataclass(declared):
+    if not (isinstance(declared, type) and dataclasses.is_dataclass(declared)):
         log.debug("%s plugin %r (%s) declares no Options dataclass: its options are not validated",
                   slot, name, plugin.__qualname__)
         return []
@@ -134,7 +134,9 @@ class IsolatingPluginManager(pluggy.PluginManager):
             for caller in self.get_hookcallers(plugin) or []:
                 for impl in caller.get_hookimpls():
                     if impl.plugin is plugin and not (impl.hookwrapper or impl.wrapper):
-                        impl.function = _isolated(impl.function, plugin_name, caller.name)
+                        # pluggy calls impl.function for each implementation in turn: wrapping
+                        # it is the one place a failure can be contained per implementation
+                        impl.function = _isolated(impl.function, plugin_name, caller.name)  # type: ignore[misc]
         return plugin_name
 
 

@@ -122,6 +122,13 @@ def test_a_client_transport_table_per_scheme_is_checked_against_that_transport(m
     assert load_client_config(metadata=meta_uri, transport={"tcp": {"connect_timeout": 2.0}}).transport
 
 
+def test_the_autorecovery_client_transport_tables_are_checked_too(meta_uri: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_bookie_config(metadata=meta_uri, autorecovery={"client_transport": {"zmq": {"sndhwm": -5}}})
+    assert ("transport plugin 'zmq': option 'sndhwm' = -5 is out of range: must be an integer >= 0"
+            in _problems(exc))
+
+
 def test_option_values_from_the_environment_arrive_as_text_and_are_accepted(meta_uri: str) -> None:
     cfg = load(BookieConfig, "bookie", environ={"LEDGERSTORE_BOOKIE_METADATA": meta_uri,
                                                 "LEDGERSTORE_BOOKIE_TRANSPORT__HIGH_WATER": "65536"})
