@@ -19,11 +19,13 @@ TINY = {
 
 
 class _EntryLogWithDefaultBatches(EntryLogStorage):
+    supports_batch_add = False
     add_entries = StorageEngine.add_entries
     get_entries = StorageEngine.get_entries
 
 
 class _RocksDBWithDefaultBatches(RocksDBStorage):
+    supports_batch_add = False
     add_entries = StorageEngine.add_entries
     get_entries = StorageEngine.get_entries
 

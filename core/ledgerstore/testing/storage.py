@@ -209,6 +209,13 @@ class StorageEngineConformance:
         assert engine.compact(0.8) == before
         assert all(engine.get_entry(81, e) == data for e, data in kept.items())
 
+    def test_the_batch_capability_matches_the_overrides(self, engine: StorageEngine) -> None:
+        overridden = (type(engine).add_entries is not StorageEngine.add_entries
+                      and type(engine).get_entries is not StorageEngine.get_entries)
+        assert engine.supports_batch_add == overridden, (
+            f"{type(engine).__qualname__} declares supports_batch_add = {engine.supports_batch_add} but "
+            f"{'overrides' if overridden else 'does not override'} add_entries and get_entries")
+
     def test_stats(self, engine: StorageEngine) -> None:
         engine.set_master_key(50, b"mk")
         engine.add_entry(50, 0, b"x")
