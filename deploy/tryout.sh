@@ -39,6 +39,10 @@ done
 echo "zookeeper on 127.0.0.1:$ZK_PORT"
 
 metadata="zk://127.0.0.1:$ZK_PORT/ledgers"
+# bookies join a cluster, they do not create one: create it once, as BookKeeper's initnewcluster does
+if ! "$LS" shell --metadata "$metadata" whatisinstanceid --json | grep -q '"instance_id": "'; then
+  "$LS" shell --metadata "$metadata" initnewcluster
+fi
 for i in 1 2 3; do
   LEDGERSTORE_BOOKIE_METADATA="$metadata" \
   LEDGERSTORE_BOOKIE_LISTEN="tcp://127.0.0.1:$((BOOKIE_PORT_BASE + i - 1))" \

@@ -169,8 +169,10 @@ class BookieConfig:
     rack: str = "/default-rack"
     #: region published in the registration (region-aware placement)
     region: str = "default-region"
-    #: create the cluster's instance id when the metadata store has none (convenient for standalone)
-    auto_init_cluster: bool = True
+    #: create the cluster's instance id when the metadata store has none; off by default, as in
+    #: BookKeeper: a cluster is created by `shell initnewcluster` (or the standalone), so a bookie
+    #: pointed at a mistyped metadata URI fails instead of founding a cluster of its own
+    auto_init_cluster: bool = False
     #: at start, retry a metadata store that fails (restarting, sqlite's "database is locked")
     #: with backoff for this many seconds before giving up; 0 = fail at the first error
     metadata_start_retry_s: float = 30.0

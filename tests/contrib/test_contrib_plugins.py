@@ -189,6 +189,7 @@ def test_client_and_in_process_bookies_share_a_memory_namespace_with_round_robin
             load_bookie_config(
                 None,
                 metadata=uri,
+                auto_init_cluster=True,  # a fresh memory:// namespace holds no cluster yet
                 # A real port, not 0: the bookie id (and so its cookie) is fixed before it listens.
                 listen=f"tcp://127.0.0.1:{port}",
                 journal_dir=str(tmp_path / f"b{i}" / "journal"),

@@ -101,7 +101,7 @@ def start_bookie(tmp_path: Path) -> Iterator[Callable[..., BookieProcess]]:
         cfg = d / "bookie.toml"
         cfg.write_text(
             "[bookie]\n"
-            f'metadata = "sqlite://{d / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\n'
+            f'metadata = "sqlite://{d / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\nauto_init_cluster = true\n'
             'journal_dir = "journal"\nledger_dirs = ["ledgers"]\n'
             f"http_port = {http_port}\n[bookie.http]\n{http_table}\n")
         log = d / "bookie.log"
@@ -264,6 +264,7 @@ def test_a_bookie_with_an_unreadable_token_file_does_not_start(tmp_path: Path) -
     cfg = tmp_path / "bookie.toml"
     port, http_port = free_ports(2)
     cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\n'
+                   'auto_init_cluster = true\n'
                    f'journal_dir = "j"\nledger_dirs = ["l"]\nhttp_port = {http_port}\n'
                    f'[bookie.http]\ntoken_file = "{tmp_path / "missing-token"}"\n')
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],

@@ -42,7 +42,8 @@ def bookie_config(tmp: Path, *, metadata: str | None = None, port: int | None = 
         f'metadata = "{metadata or "sqlite://" + str(tmp / "meta.db")}"\n'
         f'listen = "tcp://127.0.0.1:{port if port is not None else free_ports(1)[0]}"\n'
         f'journal_dir = "{journal_dir}"\n'
-        'ledger_dirs = ["ledgers"]\n' + extra
+        'ledger_dirs = ["ledgers"]\n'
+        "auto_init_cluster = true\n" + extra  # a fresh store holds no cluster; these tests are about other steps
     )
     return cfg
 
