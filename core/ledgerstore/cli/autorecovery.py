@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ledgerstore.cli.common import handle_errors, run_async, setup_logging
+from ledgerstore.cli.common import cluster_client, handle_errors, run_async, setup_logging
 
 
 @click.command()
@@ -50,5 +50,12 @@ def autorecovery(metadata: str | None, config_path: str | None, process_id: str 
     if problems:
         raise ConfigError("invalid auto-recovery settings:\n  - " + "\n  - ".join(problems))
     install_fast_loop()
-    run_async(run_standalone(client_config, settings, process_id,
-                             ready=lambda s: click.echo(f"autorecovery {s.process_id} ready", err=False)))
+
+    async def run() -> None:
+        # A URI holding no cluster is refused in one line before anything registers there.
+        async with cluster_client(config=client_config):
+            pass
+        await run_standalone(client_config, settings, process_id,
+                             ready=lambda s: click.echo(f"autorecovery {s.process_id} ready", err=False))
+
+    run_async(run())

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ledgerstore.cli.common import EXIT_FAILED, emit, err_console, handle_errors, run_async
+from ledgerstore.cli.common import EXIT_FAILED, cluster_client, emit, err_console, handle_errors, run_async
 
 T = TypeVar("T")
 
@@ -97,7 +97,6 @@ def writes(metadata: str | None, bookies: int, storage: str, ensemble: int, writ
            entry_size: int, ledgers: int, throttle: int, duration: float | None, count: int | None, warmup: float,
            digest: str, batch: int, keep_ledgers: bool, as_json: bool, plot_path: str | None) -> None:
     """Pipelined adds: entries/s, MB/s and add latency percentiles."""
-    from ledgerstore.aio import Client
     from ledgerstore.bench import WriteOptions, run_writes
     from ledgerstore.errors import ConfigError
 
@@ -114,7 +113,7 @@ def writes(metadata: str | None, bookies: int, storage: str, ensemble: int, writ
     progress, tick = _progress(as_json, "writing", (duration or 0) + warmup if by_time else count or 0, by_time)
 
     async def work(uri: str) -> Any:
-        async with Client(metadata=uri) as client:
+        async with cluster_client(metadata=uri) as client:
             with progress:
                 return await run_writes(client, opts, tick)
 
@@ -159,7 +158,6 @@ def reads(metadata: str | None, bookies: int, storage: str, ledger_id: int | Non
           entry_size: int, ensemble: int, write_quorum: int, ack_quorum: int, batch: int, window: int,
           keep_ledgers: bool, as_json: bool, plot_path: str | None) -> None:
     """Sequential reads of a closed ledger: entries/s, MB/s, batch latency."""
-    from ledgerstore.aio import Client
     from ledgerstore.bench import ReadOptions, run_reads
     from ledgerstore.errors import ConfigError
 
@@ -177,7 +175,7 @@ def reads(metadata: str | None, bookies: int, storage: str, ledger_id: int | Non
         raise ConfigError(f"--bookies {bookies} is fewer than the ensemble size {ensemble}")
 
     async def work(uri: str) -> Any:
-        async with Client(metadata=uri) as client:
+        async with cluster_client(metadata=uri) as client:
             if ledger_id is not None:
                 total = (await client.ledger_metadata(ledger_id)).last_entry_id + 1
             else:
