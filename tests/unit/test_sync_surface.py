@@ -25,7 +25,7 @@ SYNC_ONLY = {
     "loop",  # the process's loop those coroutines run on
 }
 #: sync-only conveniences the hand-written facade had and scripts may use
-SYNC_ONLY_BY_CLASS = {
+SYNC_ONLY_BY_CLASS: dict[type, set[str]] = {
     ledgerstore.ReadHandle: {"__iter__", "__enter__", "__exit__"},
     ledgerstore.LedgerHandle: {"__iter__", "__enter__", "__exit__"},
 }

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ledgerstore.errors import LedgerStoreError
 
@@ -508,6 +508,13 @@ class SyncWrapper:
 
     def __repr__(self) -> str:
         return f"<sync {self._aio!r}>"
+
+    if TYPE_CHECKING:
+        # the generated methods exist only at run time: type checkers see them as Any (every
+        # mirrored class is a context manager: its async class has __aenter__, or it has one by hand)
+        def __getattr__(self, name: str) -> Any: ...
+        def __enter__(self) -> Any: ...
+        def __exit__(self, *exc: object) -> Any: ...
 
 
 def _get_attr(self: SyncWrapper, name: str) -> Any:

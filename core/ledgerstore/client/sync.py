@@ -16,7 +16,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledgerstore.client import client as aio_client
 from ledgerstore.client import ledger as aio_ledger
@@ -153,6 +153,9 @@ class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
 
     _attributes = ("name", "follow", "poll_interval_s", "batch_size", "open_ledger_grace_s")
     _shared_cursor = True
+
+    if TYPE_CHECKING:  # generated from __aiter__ at run time
+        def __iter__(self) -> Iterator[tuple[Position, bytes]]: ...
 
     @property
     def position(self) -> Position | None:
