@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,31 +171,6 @@ def test_listbookies_ledger_counts_follow_new_ledgers(cluster_factory: Callable[
     assert counts() == {b: n + 2 for b, n in before.items()}
     info = {r["bookie_id"]: r["ledger_count"] for r in json.loads(shell(cluster, "bookieinfo", "--json").stdout)}
     assert info == counts()
-
-
-def test_updatebookieinledger_renames_a_stopped_bookie_and_refuses_a_running_one(
-        cluster_factory: Callable[..., LocalCluster]) -> None:
-    import signal
-
-    import ledgerstore
-
-    cluster = cluster_factory(3)
-    cluster.start()
-    with ledgerstore.Client(metadata=cluster.metadata) as client:
-        lh = client.create_ledger(3, 3, 3, password=b"pw")
-        lh.close()
-    src, running = cluster.bookie_id(0), cluster.bookie_id(1)
-    out = shell(cluster, "updateBookieInLedger", "-srcBookie", running, "-destBookie", "10.0.0.9:3181", "-f",
-                check=False)
-    assert out.returncode == 1 and "is registered (running)" in out.stdout + out.stderr
-    cluster.kill(0, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while src in {r["bookie_id"] for r in json.loads(shell(cluster, "listbookies", "--json").stdout)}:
-        assert time.monotonic() < deadline, f"{src} still registered"
-    r = json.loads(shell(cluster, "updatebookieinledger", "-sb", src, "-db", "10.0.0.9:3181", "-f", "--json").stdout)
-    assert r["updated_ledgers"] == [lh.ledger_id]
-    md = json.loads(shell(cluster, "ledgermetadata", "-l", str(lh.ledger_id), "--json").stdout)
-    assert "10.0.0.9:3181" in md["ensembles"][0][1] and src not in md["ensembles"][0][1]
 
 
 def test_endpointinfo_names_a_bookies_endpoint_and_exits_3_for_an_unknown_one(shared_cluster: LocalCluster) -> None:

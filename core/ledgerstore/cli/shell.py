@@ -15,6 +15,8 @@ from rich.progress import Progress
 
 from ledgerstore.cli.common import console, emit, handle_errors, run_async
 from ledgerstore.cli.shell_cookies import generatecookie, updatecookie
+from ledgerstore.cli.shell_health import HEALTH_CHECK_DISABLED, healthcheck
+from ledgerstore.cli.shell_ledgers import updatebookieinledger, updateledgers
 from ledgerstore.cli.shell_local import (
     bookie_id_of,
     config_option,
@@ -22,6 +24,7 @@ from ledgerstore.cli.shell_local import (
     lock_bookie_dirs,
     with_bookie_store,
 )
+from ledgerstore.cli.shell_storage import activeledgers, ledger_index, readlogmetadata
 
 T = TypeVar("T")
 
@@ -85,7 +88,9 @@ BOOKKEEPER_LONG_FLAGS = {
     "recovery": "--recovery", "password": "--password", "missing": "--missing", "query": "--query",
     "dryrun": "--dryrun", "verbose": "--verbose", "noninteractive": "--nonInteractive", "limit": "--limit",
     "srcbookie": "--srcBookie", "destbookie": "--destBookie", "expandstorage": "--expandstorage", "list": "--list",
-    "output": "--output",
+    "output": "--output", "skipopenledgers": "--skipOpenLedgers", "ledger": "--ledger",
+    "updatespersec": "--updatespersec", "printprogress": "--printprogress", "enable": "--enable",
+    "disable": "--disable", "status": "--status", "logid": "--logId", "logfilename": "--logFilename",
 }
 
 
@@ -278,7 +283,7 @@ def listledgers(sc: ShellContext, meta: bool, bookie_id: str | None, as_json: bo
         out = []
         for lid in await client.list_ledgers():
             row: dict[str, Any] = {"ledger_id": lid}
-            md = await client.ledger_metadata(lid) if meta or bookie_id else None
+            md: Any = await client.ledger_metadata(lid) if meta or bookie_id else None
             if bookie_id and not any(bookie_id in ens for _, ens in md.ensembles):
                 continue
             if meta:
@@ -395,7 +400,7 @@ async def _erase_cluster_metadata(store: Any) -> None:
     from ledgerstore.meta import layout
 
     for path in (layout.LEDGERS, layout.LOGS, layout.UNDERREPLICATION, layout.AVAILABLE, layout.COOKIES,
-                 layout.LAYOUT, layout.INSTANCE_ID, "/auditor"):
+                 layout.LAYOUT, layout.INSTANCE_ID, "/auditor", HEALTH_CHECK_DISABLED):
         await store.delete_recursive(path)
 
 
@@ -677,16 +682,12 @@ def initbookie(bookie_config: str, as_json: bool) -> None:
 def gc_command(bookie_config: str | None, http_address: str | None, token_file: str | None, major: bool,
                as_json: bool) -> None:
     """Garbage-collect deleted ledgers now and report what was reclaimed."""
-    import json
-    import urllib.request
-
     if http_address:
         from ledgerstore.bookie.http_auth import bearer_headers
+        from ledgerstore.cli.shell_http import admin_request
 
-        req = urllib.request.Request(f"http://{http_address}/api/v1/bookie/gc?{'major=true' if major else 'minor=true'}",
-                                     method="PUT", headers=bearer_headers(token_file))
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            result = json.loads(resp.read())
+        result = admin_request(http_address, "PUT", f"/api/v1/bookie/gc?{'major=true' if major else 'minor=true'}",
+                               bearer_headers(token_file), timeout=600)
     elif bookie_config:
         from ledgerstore.meta.ledgers import LedgerManager
         from ledgerstore.plugins import create_metadata_store
@@ -728,55 +729,13 @@ def gc_command(bookie_config: str | None, http_address: str | None, token_file: 
                       f"{result['bytes_on_disk_after']:,})")
 
 
-@shell.command("updatebookieinledger")
-@click.option("-sb", "--srcBookie", "src", required=True, help="the bookie id to replace (a stopped bookie)")
-@click.option("-db", "--destBookie", "dest", required=True, help="the bookie id to put in its place")
-@click.option("-l", "--limit", type=int, default=-1, show_default=True, help="update at most this many ledgers (-1: all)")
-@click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")
-@json_option
-@pass_ctx
-@handle_errors
-def updatebookieinledger(sc: ShellContext, src: str, dest: str, limit: int, force: bool, as_json: bool) -> None:
-    """Replace a bookie id by another in every ledger's ensembles (after a bookie's address changed,
-    with its data moved as is). Refused while the source bookie is registered (running)."""
-    from ledgerstore.errors import BadVersionError, LedgerStoreError
-
-    async def registered(client: Any) -> set[str]:
-        return {b.bookie_id for b in await client.list_bookies(None)}
-
-    if src in sc.with_client(registered):
-        raise LedgerStoreError(f"updatebookieinledger refused: {src} is registered (running); stop it first")
-    if not force and not click.confirm(f"replace {src} by {dest} in the ledgers' ensembles?", default=False):
-        raise click.Abort()
-
-    async def go(client: Any) -> list[int]:
-        updated: list[int] = []
-        for lid in await client.list_ledgers():
-            if 0 <= limit <= len(updated):
-                break
-            for _ in range(5):  # a concurrent metadata change: read again and redo
-                md = await client.ledgers.read(lid)
-                if not any(src in ens for _, ens in md.ensembles):
-                    break
-                if any(dest in ens for _, ens in md.ensembles if src in ens):
-                    raise LedgerStoreError(f"ledger {lid}: {dest} is already in an ensemble with {src}")
-                md.ensembles = [(first, [dest if b == src else b for b in ens]) for first, ens in md.ensembles]
-                try:
-                    await client.ledgers.write(md)
-                except BadVersionError:
-                    continue
-                updated.append(lid)
-                break
-            else:
-                raise LedgerStoreError(f"ledger {lid}: its metadata kept changing; run updatebookieinledger again")
-        return updated
-
-    updated = sc.with_client(go)
-    emit({"src": src, "dest": dest, "updated_ledgers": updated}, as_json,
-         title=f"{src} replaced by {dest} in {len(updated)} ledgers")
-
-
+shell.add_command(updatebookieinledger)
 shell.add_command(updatebookieinledger, "updateBookieInLedger")
+shell.add_command(updateledgers)
+shell.add_command(healthcheck)
+shell.add_command(readlogmetadata)
+shell.add_command(activeledgers)
+shell.add_command(ledger_index)
 
 
 # --- auto-recovery -----------------------------------------------------------------------------
@@ -975,21 +934,31 @@ def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
 @click.option("--delete-cookie", is_flag=True, help="delete the bookie's cookie afterwards")
 @click.option("-q", "--query", is_flag=True, help="only list the ledgers with a fragment on the bookie")
 @click.option("-dr", "--dryrun", is_flag=True, help="only list what would be re-replicated")
+@click.option("-sk", "--skipOpenLedgers", "skip_open", is_flag=True,
+              help="leave open ledgers alone (their writers keep them; they are not fenced and closed)")
+@click.option("-l", "--ledger", "only_ledger", type=int, default=None, help="recover only this ledger")
 @json_option
 @pass_ctx
 @handle_errors
 def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout: float, delete_cookie: bool,
-            query: bool, dryrun: bool, as_json: bool) -> None:
+            query: bool, dryrun: bool, skip_open: bool, only_ledger: int | None, as_json: bool) -> None:
     """Re-replicate every ledger fragment of a dead bookie, from this process (no auditor needed)."""
+    from ledgerstore.meta.ledgers import LedgerState
     from ledgerstore.recovery.admin import recover_bookie
 
+    def keep(md: Any) -> bool:
+        return ((only_ledger is None or md.ledger_id == only_ledger)
+                and not (skip_open and md.state is LedgerState.OPEN))
+
+    if only_ledger is not None and delete_cookie:
+        raise click.UsageError("-deleteCookie recovers the whole bookie: it does not go with -l")
     if query or dryrun:
         async def go(client: Any) -> list[dict[str, Any]]:
             rows = []
             for lid in await client.list_ledgers():
                 md = await client.ledger_metadata(lid)
                 firsts = [first for first, ens in md.ensembles if bookie_id in ens]
-                if firsts:
+                if firsts and keep(md):
                     rows.append({"ledger_id": lid, "state": md.state.value, "fragments": len(firsts)})
             return rows
 
@@ -998,8 +967,10 @@ def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout
              title=f"{len(rows)} ledgers with fragments on {bookie_id}" + (" (dry run: nothing copied)" if dryrun else ""))
         return
 
+    selective = only_ledger is not None or skip_open
     r = _run_with_progress(sc, f"recovering {bookie_id}", as_json, lambda client, update: recover_bookie(
-        client, bookie_id, _recovery_settings(grace, rate), timeout, update, delete_cookie))
+        client, bookie_id, _recovery_settings(grace, rate), timeout, update, delete_cookie,
+        keep if selective else None))
     if as_json:
         emit(r, True)
     else:

@@ -19,6 +19,7 @@ from ledgerstore.recovery.worker import ReplicationWorker
 
 if TYPE_CHECKING:
     from ledgerstore.client.client import Client
+    from ledgerstore.meta.ledgers import LedgerMetadata
 
 #: ``progress(done, total)``: ledgers no longer referencing the bookie out of those that did
 Progress = Callable[[int, int], None]
@@ -28,15 +29,20 @@ class BookieNotFoundError(LedgerStoreError):
     """No ledger, cookie or registration names the bookie."""
 
 
-async def ledgers_referencing(client: Client, bookie_id: str) -> list[int]:
-    """Ids of the ledgers whose metadata names ``bookie_id`` in any fragment."""
+#: which ledgers an operator action covers, from their metadata (``recover -l`` / ``-sk``)
+LedgerFilter = Callable[["LedgerMetadata"], bool]
+
+
+async def ledgers_referencing(client: Client, bookie_id: str, keep: LedgerFilter | None = None) -> list[int]:
+    """Ids of the ledgers whose metadata names ``bookie_id`` in any fragment (and that ``keep``
+    accepts, when given)."""
     out = []
     async for lid in client.ledgers.list():
         try:
             md = await client.ledgers.read(lid)
         except NoSuchLedgerError:
             continue
-        if bookie_id in md.bookies():
+        if bookie_id in md.bookies() and (keep is None or keep(md)):
             out.append(lid)
     return out
 
@@ -46,17 +52,19 @@ async def _markers_naming(urm: UnderReplicationManager, bookie_id: str) -> set[i
 
 
 async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, timeout: float,
-                 progress: Progress | None, what: str) -> dict[str, Any]:
-    """Mark every ledger naming the bookie, again and again (new ones may appear under a write
-    load), until none does and no marker names it."""
+                 progress: Progress | None, what: str, keep: LedgerFilter | None = None) -> dict[str, Any]:
+    """Mark every ledger naming the bookie (that ``keep`` accepts), again and again (new ones may
+    appear under a write load), until none does and no marker names it (none of those ledgers')."""
     t0 = time.monotonic()
     seen: set[int] = set()
     while True:
-        refs = await ledgers_referencing(client, bookie_id)
+        refs = await ledgers_referencing(client, bookie_id, keep)
         seen |= set(refs)
         for lid in refs:
             await urm.mark(lid, {bookie_id})
         pending = await _markers_naming(urm, bookie_id)
+        if keep is not None:  # the ledgers left out are not waited for, whoever marked them
+            pending &= seen
         left = set(refs) | pending
         if progress is not None:
             progress(len(seen - left), len(seen))
@@ -70,9 +78,11 @@ async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, t
 
 
 async def recover_bookie(client: Client, bookie_id: str, settings: AutoRecoveryConfig, timeout: float = 3600.0,
-                         progress: Progress | None = None, delete_cookie: bool = False) -> dict[str, Any]:
-    """Re-replicate everything a dead bookie held, with a worker in this process (no auditor
-    needed). The bookie must be down: a live one is decommissioned instead."""
+                         progress: Progress | None = None, delete_cookie: bool = False,
+                         keep: LedgerFilter | None = None) -> dict[str, Any]:
+    """Re-replicate everything a dead bookie held (only the ledgers ``keep`` accepts, when given),
+    with a worker in this process (no auditor needed). The bookie must be down: a live one is
+    decommissioned instead."""
     urm = UnderReplicationManager(client.store)  # type: ignore[arg-type]
     if bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}:
         raise LedgerStoreError(f"bookie {bookie_id} is registered (alive): stop it first, or use decommissionbookie")
@@ -83,7 +93,7 @@ async def recover_bookie(client: Client, bookie_id: str, settings: AutoRecoveryC
                                only={bookie_id}, obey_switch=False)
     task = asyncio.get_running_loop().create_task(worker.run())
     try:
-        result = await _drain(client, urm, bookie_id, timeout, progress, "recovery")
+        result = await _drain(client, urm, bookie_id, timeout, progress, "recovery", keep)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
