@@ -9,6 +9,10 @@ Multi-process safety comes from sqlite itself: WAL journal mode (readers never b
 a busy timeout (a writer waits for another process's write lock instead of failing), and
 ``BEGIN IMMEDIATE`` around every read-modify-write, so a compare-and-set reads and writes under
 the one write lock. See ``docs/metadata-sqlite.md`` and :mod:`ledgerstore_sqlite.schema`.
+
+When a metadata server (:mod:`ledgerstore_sqlite.server`) serves the file, the store does none of
+this: it finds the server at start (option ``server``) and sends every primitive to it through
+:class:`~ledgerstore_sqlite.remote.RemoteSession`, so this process never holds the file's lock.
 """
 
 from __future__ import annotations
@@ -41,11 +45,14 @@ from ledgerstore.errors import (
     KeyExistsError,
     MetadataError,
     NoSuchKeyError,
+    SessionExpiredError,
 )
-from ledgerstore_sqlite import schema
+from ledgerstore_sqlite import protocol, schema
+from ledgerstore_sqlite.discovery import live_socket
+from ledgerstore_sqlite.remote import RemoteSession
 from ledgerstore_sqlite.schema import immediate
 
-__all__ = ["SqliteMetadataStore", "path_from_uri"]
+__all__ = ["SERVER_MODES", "SqliteMetadataStore", "engine_store", "path_from_uri"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +68,11 @@ _DEFAULTS: dict[str, float | str] = {
     "poll_interval": 0.05,
     "busy_timeout": 30.0,
     "synchronous": "full",
+    "server": "auto",
 }
+#: values of the ``server`` option: use a live metadata server if there is one, else the file
+#: ("auto"); refuse to start without one ("require"); always open the file ("never")
+SERVER_MODES = ("auto", "require", "never")
 
 
 def path_from_uri(uri: str) -> str:
@@ -93,6 +104,12 @@ def _parse_options(options: dict[str, object]) -> dict[str, float | str]:
             mode = str(raw).lower()
             if mode not in ("full", "normal"):
                 raise ConfigError(f"sqlite metadata option synchronous={raw!r}: use 'full' or 'normal'")
+            parsed[name] = mode
+            continue
+        if name == "server":
+            mode = str(raw).lower()
+            if mode not in SERVER_MODES:
+                raise ConfigError(f"sqlite metadata option server={raw!r}: use one of {', '.join(SERVER_MODES)}")
             parsed[name] = mode
             continue
         try:
@@ -173,6 +190,8 @@ class SqliteMetadataStore(MetadataStore):
                                       minimum=0.001)
         busy_timeout: float = option(30.0, "seconds to wait for another process's write lock", minimum=0.001)
         synchronous: str = option("full", "sqlite's synchronous mode", choices=("full", "normal"))
+        server: str = option("auto", "reach the database through its metadata server: 'auto' when one runs, "
+                             "'require' (fail without one) or 'never' (open the file)", choices=SERVER_MODES)
 
     def __init__(self, uri: str, **options: object) -> None:
         super().__init__(uri, **options)
@@ -185,6 +204,9 @@ class SqliteMetadataStore(MetadataStore):
         self.poll_interval = float(opts["poll_interval"])
         self.busy_timeout = float(opts["busy_timeout"])
         self.synchronous = str(opts["synchronous"]).upper()
+        self.server_mode = str(opts["server"])
+        #: set when a metadata server serves the file: every primitive goes through it
+        self._remote: RemoteSession | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         # Read and written only on the worker thread.
@@ -213,6 +235,9 @@ class SqliteMetadataStore(MetadataStore):
         async with self._start_lock:
             if self._started:
                 return
+            if await self._start_remote():
+                self._started = True
+                return
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ledgerstore-sqlite")
             try:
                 await self._call("opening the database", self._sync_open)
@@ -225,12 +250,33 @@ class SqliteMetadataStore(MetadataStore):
                 self._heartbeat_loop(), name=f"sqlite-heartbeat {self.path}"
             )
 
+    async def _start_remote(self) -> bool:
+        """Connect to the file's metadata server if one runs (and ``server`` allows it)."""
+        if self.server_mode == "never":
+            return False
+        socket_path = await asyncio.get_running_loop().run_in_executor(None, live_socket, self.path)
+        if socket_path is None:
+            if self.server_mode == "require":
+                raise MetadataError(
+                    f"no sqlite metadata server serves {self.path} (option server='require'); start one with "
+                    f"'ledgerstore metadata-server --db {self.path}'"
+                )
+            return False
+        remote = RemoteSession(socket_path, self.session_ttl, self._fire_session_event, self.busy_timeout)
+        await remote.start()
+        self._remote = remote
+        self._session_id = remote.session
+        return True
+
     async def close(self) -> None:
         """Delete this session's ephemeral keys and its session row, stop background tasks and
         close the connection. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._remote is not None:
+            await self._remote.close()
+            return
         for sub in self._subs:
             sub.active = False
         self._subs.clear()
@@ -256,17 +302,28 @@ class SqliteMetadataStore(MetadataStore):
     async def get(self, key: str) -> Versioned | None:
         """Value and version of ``key``, or ``None``."""
         key = _norm_key(key)
+        if self._remote is not None:
+            got = await self._remote.call("get", key=key)
+            return None if got is None else Versioned(protocol.decode_value(got["value"]), int(got["version"]))
         return await self._call(f"get {key}", self._sync_get, key)
 
     async def put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
         """Write ``value``; see :meth:`MetadataStore.put` for ``expected_version``."""
         key = _norm_key(key)
+        if self._remote is not None:
+            return int(await self._remote.call(
+                "put", key=key, value=protocol.encode_value(bytes(value)), expected=expected_version
+            ))
         rev, _ = await self._call(f"put {key}", self._sync_put, key, bytes(value), expected_version, False)
         return rev
 
     async def put_ephemeral(self, key: str, value: bytes) -> int:
         """Create or overwrite ``key`` owned by this store's session."""
         key = _norm_key(key)
+        if self._remote is not None:
+            rev = await self._remote.put_ephemeral(key, bytes(value))
+            self._session_id = self._remote.session
+            return rev
         rev, replaced = await self._call(
             f"put_ephemeral {key}", self._sync_put, key, bytes(value), None, True
         )
@@ -278,26 +335,38 @@ class SqliteMetadataStore(MetadataStore):
         """Delete ``key``; :class:`NoSuchKeyError` if absent, :class:`BadVersionError` on a
         version mismatch. Keys below ``key`` are separate keys and are left alone."""
         key = _norm_key(key)
+        if self._remote is not None:
+            await self._remote.call("delete", key=key, expected=expected_version)
+            return
         await self._call(f"delete {key}", self._sync_delete, key, expected_version)
 
     async def delete_recursive(self, key: str) -> None:
         """Delete ``key`` and every key below it in one transaction."""
         key = _norm_key(key)
+        if self._remote is not None:
+            await self._remote.call("delete_recursive", key=key)
+            return
         await self._call(f"delete_recursive {key}", self._sync_delete_tree, key)
 
     async def children(self, key: str) -> list[str]:
         """Sorted names of the direct children of ``key`` (valued or implied by deeper keys)."""
         key = _norm_key(key)
+        if self._remote is not None:
+            return [str(name) for name in await self._remote.call("children", key=key)]
         return await self._call(f"children {key}", self._sync_children, key)
 
     async def next_id(self, name: str) -> int:
         """Next value of counter ``name``, starting at 1; unique across processes and restarts."""
+        if self._remote is not None:
+            return int(await self._remote.call("next_id", name=name))
         return await self._call(f"next_id {name!r}", self._sync_next_id, name)
 
     async def watch(self, prefix: str, callback: NotificationCallback) -> Subscription:
         """Call ``callback`` on this loop for each change at or below ``prefix`` (on path
         boundaries: ``/w`` sees ``/w`` and ``/w/x``, not ``/wx``) committed after this call."""
         prefix = _norm_key(prefix)
+        if self._remote is not None:
+            return await self._remote.watch(prefix, callback)
         rev = await self._call(f"watch {prefix}", self._sync_revision)
         sub = _Subscription(self, prefix, callback, rev)
         self._subs.append(sub)
@@ -307,6 +376,53 @@ class SqliteMetadataStore(MetadataStore):
                 self._poll_loop(), name=f"sqlite-watch {self.path}"
             )
         return sub
+
+    # --- sessions of the metadata server's clients (called by the server on its engine store) ---
+
+    async def open_session(self, ttl: float) -> int:
+        """Open a session whose ephemeral keys vanish ``ttl`` seconds after its last renewal."""
+        return await self._call("opening a client session", self._sync_open_session, ttl)
+
+    async def renew_session(self, session: int, ttl: float) -> bool:
+        """Extend ``session`` by ``ttl`` from now; False if it expired (reaped or past its time)."""
+        return await self._call(f"renewing session {session}", self._sync_renew_session, session, ttl)
+
+    async def end_session(self, session: int) -> None:
+        """End ``session`` now: its ephemeral keys are deleted."""
+        await self._call(f"ending session {session}", self._sync_end_session, session)
+
+    async def put_ephemeral_for(self, session: int, ttl: float, key: str, value: bytes) -> int:
+        """:meth:`put_ephemeral` on behalf of ``session`` (renewed by ``ttl``);
+        :class:`SessionExpiredError` if that session is gone."""
+        key = _norm_key(key)
+        rev, _ = await self._call(
+            f"put_ephemeral {key}", self._sync_put, key, bytes(value), None, True, (session, ttl)
+        )
+        return rev
+
+    def _sync_open_session(self, ttl: float) -> int:
+        now = time.time()
+        with immediate(self._db()) as conn:
+            return self._new_session_locked(conn, now, ttl)
+
+    def _sync_renew_session(self, session: int, ttl: float) -> bool:
+        now = time.time()
+        with immediate(self._db()) as conn:
+            return self._extend_locked(conn, session, ttl, now)
+
+    def _sync_end_session(self, session: int) -> None:
+        with immediate(self._db()) as conn:
+            self._drop_session_keys_locked(conn, session, time.time())
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
+
+    @staticmethod
+    def _extend_locked(conn: sqlite3.Connection, session: int, ttl: float, now: float) -> bool:
+        # A row past its expiry counts as gone even before a reaper removed it: its keys are due
+        # to vanish, and resuming it would race the reaper.
+        cur = conn.execute(
+            "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at >= ?", (now + ttl, session, now)
+        )
+        return cur.rowcount == 1
 
     # --- running SQL on the worker thread ------------------------------------------------------
 
@@ -378,7 +494,9 @@ class SqliteMetadataStore(MetadataStore):
         ).fetchall()
         return int(rows[0][0])
 
-    def _sync_put(self, key: str, value: bytes, expected: int | None, ephemeral: bool) -> tuple[int, bool]:
+    def _sync_put(
+        self, key: str, value: bytes, expected: int | None, ephemeral: bool, owner: tuple[int, float] | None = None
+    ) -> tuple[int, bool]:
         now = time.time()
         replaced = False
         with immediate(self._db()) as conn:
@@ -397,14 +515,21 @@ class SqliteMetadataStore(MetadataStore):
                     raise BadVersionError(
                         f"cannot update {key}: expected version {expected}, found {row[0]}; re-read and retry"
                     )
+            session = self._session_id
+            if ephemeral and owner is not None:
+                session = owner[0]
+                if not self._extend_locked(conn, session, owner[1], now):
+                    raise SessionExpiredError(f"cannot create ephemeral {key}: session {session} expired")
+            elif ephemeral:
+                replaced = self._renew_locked(conn, now)
+                session = self._session_id
             rev = self._bump_locked(conn)
             if ephemeral:
-                replaced = self._renew_locked(conn, now)
                 conn.execute(
                     "INSERT INTO kv(key, value, version, session) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value, version = excluded.version, "
                     "session = excluded.session",
-                    (key, value, rev, self._session_id),
+                    (key, value, rev, session),
                 )
             else:
                 conn.execute(
@@ -502,10 +627,11 @@ class SqliteMetadataStore(MetadataStore):
 
     # --- sessions --------------------------------------------------------------------------------
 
-    def _new_session_locked(self, conn: sqlite3.Connection, now: float) -> int:
+    def _new_session_locked(self, conn: sqlite3.Connection, now: float, ttl: float | None = None) -> int:
+        ttl = self.session_ttl if ttl is None else ttl
         cur = conn.execute(
             "INSERT INTO sessions(expires_at, ttl, pid, created_at) VALUES (?, ?, ?, ?)",
-            (now + self.session_ttl, self.session_ttl, os.getpid(), now),
+            (now + ttl, ttl, os.getpid(), now),
         )
         return int(cur.lastrowid or 0)
 
@@ -630,3 +756,15 @@ class SqliteMetadataStore(MetadataStore):
                     log.exception(
                         "sqlite metadata store %s: watch callback for %s failed", self.path, sub.prefix
                     )
+
+
+def engine_store(db_path: str, *, reap_interval: float, synchronous: str, busy_timeout: float) -> SqliteMetadataStore:
+    """The store a metadata server runs on: it opens the file itself, and its heartbeat (every
+    ``reap_interval`` seconds) reaps expired client sessions and prunes the change table."""
+    return SqliteMetadataStore(
+        f"{_SCHEME}{db_path}",
+        server="never",
+        session_ttl=reap_interval * 3,
+        synchronous=synchronous,
+        busy_timeout=busy_timeout,
+    )
