@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 import click
 import pluggy
 
-from ledgerstore.bookie.http_messages import Request, Response
+from ledgerstore.api.http import Request, Response
 from ledgerstore.config import BookieConfig, ClientConfig
 from ledgerstore.meta.ledgers import LedgerMetadata
 

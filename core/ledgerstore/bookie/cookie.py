@@ -15,23 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ledgerstore.errors import CookieMismatchError
+from ledgerstore.meta.bookies import INCARNATION as INCARNATION  # the field, where metadata reads it too
+from ledgerstore.meta.bookies import identity
 
 COOKIE_FILE = "COOKIE"
-#: the cookie field naming the incarnation
-INCARNATION = "incarnation"
 
 
 def new_incarnation() -> str:
     """A fresh incarnation id for a bookie starting on empty directories."""
     return uuid.uuid4().hex
-
-
-def identity(cookie: dict[str, Any] | None) -> str | None:
-    """The incarnation a cookie names: None when there is no cookie, ``""`` for a cookie written
-    before incarnations existed (such a bookie keeps that identity until it is formatted)."""
-    if cookie is None:
-        return None
-    return str(cookie.get(INCARNATION) or "")
 
 
 def cookie_dirs(journal_dir: Path, ledger_dirs: list[Path]) -> list[Path]:

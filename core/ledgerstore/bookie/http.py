@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from ledgerstore.api.http import JSON, TEXT, Handler, HttpError, Request, Response, parse_bool
 from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.http_auth import SECRET_PARAMS, AdminAuth
 from ledgerstore.bookie.http_cluster import cluster_routes
-from ledgerstore.bookie.http_messages import JSON, TEXT, Handler, HttpError, Request, Response, parse_bool
 from ledgerstore.errors import (
     BookieUnavailableError,
     InvalidArgumentError,

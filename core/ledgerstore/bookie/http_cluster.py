@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledgerstore.bookie.http_messages import HttpError, Request, Response, parse_bool
+from ledgerstore.api.http import HttpError, Request, Response, parse_bool
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta import layout
 from ledgerstore.recovery.admin import decommission_bookie, recover_bookie

@@ -10,8 +10,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy, Transport
+from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
-from ledgerstore.client.ledger import LedgerHandle, ReadHandle, recover
+from ledgerstore.client.ledger import LedgerHandle
+from ledgerstore.client.log import (
+    LedgerSettings,
+    LogReader,
+    LogWriter,
+    fence_and_delete_log,
+    open_log_reader,
+    open_log_writer,
+    truncate_log,
+)
+from ledgerstore.client.read import ReadHandle
+from ledgerstore.client.recovery import recover
 from ledgerstore.config import ClientConfig, load_client_config
 from ledgerstore.errors import (
     BookieUnavailableError,
@@ -21,6 +33,7 @@ from ledgerstore.errors import (
 )
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
+from ledgerstore.meta.logs import LogManager, Position
 from ledgerstore.plugins import create_metadata_store, load_driver, notify
 from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type, password_check
 
@@ -81,6 +94,8 @@ class Client:
         self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size)
         if self._given_transport is not None:
             self.pool._transports.update(dict.fromkeys(self._given_transport.schemes, self._given_transport))
+        #: typed requests to bookies, for ledger handles and recovery (see :mod:`.context`)
+        self.bookie_client = BookieClient(self.pool)
         self._started = True
         notify("ledgerstore_client_started", client=self)
         return self
@@ -127,7 +142,8 @@ class Client:
             return infos
         return [b for b in infos if b.read_only == read_only]
 
-    def _read_order(self, ensemble: Sequence[str], write_set: Sequence[int]) -> list[int]:
+    def read_order(self, ensemble: Sequence[str], write_set: Sequence[int]) -> list[int]:
+        """Indexes of ``write_set`` in the order the placement policy wants its bookies read."""
         return self.placement.reorder_read_sequence(ensemble, write_set, self._bookie_cache[1])
 
     # --- ledgers -------------------------------------------------------------------------------
@@ -187,9 +203,7 @@ class Client:
     async def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's metadata; bookies reclaim its space by garbage collection."""
         await self.ledgers.delete(ledger_id)
-        from ledgerstore.plugins import notify as _notify
-
-        _notify("ledgerstore_ledger_deleted", ledger_id=ledger_id)
+        notify("ledgerstore_ledger_deleted", ledger_id=ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         return [lid async for lid in self.ledgers.list()]
@@ -221,8 +235,6 @@ class Client:
         after ``roll_size_bytes`` of payload or ``roll_interval_s`` seconds (checked on append).
         LogError if the log does not exist and ``create`` is false, or if the list kept changing
         under this writer."""
-        from ledgerstore.client.log import LedgerSettings, open_log_writer
-
         settings = LedgerSettings(ensemble, write_quorum, ack_quorum, digest, password)
         return await open_log_writer(self, name, settings, roll_size_bytes=roll_size_bytes,
                                      roll_interval_s=roll_interval_s, create=create)
@@ -239,33 +251,19 @@ class Client:
     ) -> LogReader:
         """Read log ``name`` from ``start`` (``"earliest"``, ``"latest"`` or a position) without
         fencing anything. ``follow`` makes ``async for`` wait for new entries (see ``tail()``)."""
-        from ledgerstore.client.log import open_log_reader
-
         return await open_log_reader(self, name, start, password, follow=follow,
                                      poll_interval_s=poll_interval_s, batch_size=batch_size)
 
     async def list_logs(self) -> list[str]:
         """Names of every log, sorted."""
-        from ledgerstore.meta.logs import LogManager
-
         return await LogManager(self.store).list()  # type: ignore[arg-type]
 
     async def delete_log(self, name: str, password: bytes = b"") -> None:
         """Delete a log and all its ledgers; a writer still leading it is fenced first."""
-        from ledgerstore.client.log import fence_and_delete_log
-
         await fence_and_delete_log(self, name, password)
 
     async def truncate_log(self, name: str, before: Position | tuple[int, int] | str) -> list[int]:
         """Delete the whole ledgers of log ``name`` lying entirely before ``before``; returns their ids."""
-        from ledgerstore.client.log import truncate_log
-
         return await truncate_log(self, name, before)
-
-
-from typing import TYPE_CHECKING  # noqa: E402  (kept beside the names it guards)
-
-if TYPE_CHECKING:
-    from ledgerstore.client.log import LogReader, LogWriter, Position
 
 __all__ = ["Client", "LedgerHandle", "ReadHandle", "LedgerStoreError"]

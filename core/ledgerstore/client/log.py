@@ -19,8 +19,9 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
+from ledgerstore.api import MetadataStore
 from ledgerstore.client.ledger import LedgerHandle, ReadHandle
 from ledgerstore.errors import (
     BadVersionError,
@@ -33,11 +34,9 @@ from ledgerstore.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.meta.logs import LogManager, LogMetadata, Position, validate_log_name
 from ledgerstore.proto.digest import Entry
-
-if TYPE_CHECKING:
-    from ledgerstore.client.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +54,32 @@ _RECOVERY_SCAN_BATCH = 32
 OPEN_LEDGER_GRACE_S = 30.0
 
 StartAt = Position | tuple[int, int] | str | Literal["earliest", "latest"]
+
+
+class LogClient(Protocol):
+    """What logs use of :class:`ledgerstore.client.client.Client`: its public ledger calls, its
+    metadata store and its event loop (logs sit above ledgers and see nothing else)."""
+
+    store: MetadataStore | None
+    loop: asyncio.AbstractEventLoop
+
+    async def create_ledger(self, ensemble: int | None = None, write_quorum: int | None = None,
+                            ack_quorum: int | None = None, digest: str | None = None,
+                            password: bytes = b"") -> LedgerHandle:
+        """Create a ledger (see ``Client.create_ledger``)."""
+        ...
+
+    async def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+        """Open a ledger for reading, recovering it first when ``recovery`` (see ``Client.open_ledger``)."""
+        ...
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger's metadata."""
+        ...
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """A ledger's metadata as stored."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +123,7 @@ class LogWriter:
     written"), and so does every later call: open the log again to write more.
     """
 
-    def __init__(self, client: Client, md: LogMetadata, lh: LedgerHandle, settings: LedgerSettings,
+    def __init__(self, client: LogClient, md: LogMetadata, lh: LedgerHandle, settings: LedgerSettings,
                  roll_size_bytes: int | None, roll_interval_s: float | None) -> None:
         self.client = client
         self.name = md.name
@@ -403,7 +428,7 @@ class LogWriter:
         await self.close()
 
 
-async def open_log_writer(client: Client, name: str, settings: LedgerSettings, *, roll_size_bytes: int | None,
+async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings, *, roll_size_bytes: int | None,
                           roll_interval_s: float | None, create: bool) -> LogWriter:
     """Become the log's leader (the seeds' "Opening a log"): read the list, recover every ledger
     of it that is not closed (the last two, and any older one a failed writer left open), create a
@@ -439,7 +464,7 @@ async def open_log_writer(client: Client, name: str, settings: LedgerSettings, *
         "times in a row (another writer is opening or rolling it); make sure only one process leads the log")
 
 
-async def _unclosed(client: Client, md: LogMetadata) -> list[int]:
+async def _unclosed(client: LogClient, md: LogMetadata) -> list[int]:
     """The log's ledgers that must be recovered before a new leader writes: the last two always
     (their writer may still be adding), and every older one whose metadata is not CLOSED. A writer
     never rolls past a ledger it failed to close, but a writer of an older release did, and a
@@ -462,12 +487,12 @@ async def _unclosed(client: Client, md: LogMetadata) -> list[int]:
     return [*found, *tail]
 
 
-async def _fence_tail(client: Client, logs: LogManager, md: LogMetadata, password: bytes) -> bool:
+async def _fence_tail(client: LogClient, logs: LogManager, md: LogMetadata, password: bytes) -> bool:
     """Fence (recover and close) the last two ledgers. False if the list changed meanwhile."""
     return await _recover_ledgers(client, logs, md, password, md.ledger_ids[-2:])
 
 
-async def _recover_ledgers(client: Client, logs: LogManager, md: LogMetadata, password: bytes,
+async def _recover_ledgers(client: LogClient, logs: LogManager, md: LogMetadata, password: bytes,
                            ids: list[int]) -> bool:
     """Recover and close ``ids`` (ledgers of ``md``) in log order. False if the list changed meanwhile."""
     for lid in ids:
@@ -482,7 +507,7 @@ async def _recover_ledgers(client: Client, logs: LogManager, md: LogMetadata, pa
     return True
 
 
-async def fence_and_delete_log(client: Client, name: str, password: bytes) -> None:
+async def fence_and_delete_log(client: LogClient, name: str, password: bytes) -> None:
     """Delete a log: fence its tail (so a live writer stops), delete its key by CAS, then its ledgers."""
     logs = LogManager(client.store)  # type: ignore[arg-type]
     while True:
@@ -500,14 +525,14 @@ async def fence_and_delete_log(client: Client, name: str, password: bytes) -> No
         await _delete_quietly(client, lid)
 
 
-async def _delete_quietly(client: Client, ledger_id: int) -> None:
+async def _delete_quietly(client: LogClient, ledger_id: int) -> None:
     try:
         await client.delete_ledger(ledger_id)
     except NoSuchLedgerError:
         pass  # already gone (an earlier, interrupted truncation or deletion got this far)
 
 
-async def truncate_log(client: Client, name: str, before: Position | tuple[int, int] | str) -> list[int]:
+async def truncate_log(client: LogClient, name: str, before: Position | tuple[int, int] | str) -> list[int]:
     """Delete the whole ledgers that lie entirely before ``before`` and return their ids. The list
     is changed by CAS first (ledgers move to ``deleting``), then the ledgers are deleted, then
     ``deleting`` is cleared, so an interrupted truncation is finished by the next one. The last
@@ -574,7 +599,7 @@ class LogReader:
     :attr:`open_ledger_grace_s` instead of ending short of the rest of the log.
     """
 
-    def __init__(self, client: Client, name: str, password: bytes, md: LogMetadata, index: int, next_entry: int,
+    def __init__(self, client: LogClient, name: str, password: bytes, md: LogMetadata, index: int, next_entry: int,
                  *, follow: bool, poll_interval_s: float, batch_size: int) -> None:
         self.client = client
         self.name = name
@@ -794,7 +819,7 @@ class LogReader:
         await self.close()
 
 
-async def open_log_reader(client: Client, name: str, start: StartAt, password: bytes, *, follow: bool,
+async def open_log_reader(client: LogClient, name: str, start: StartAt, password: bytes, *, follow: bool,
                           poll_interval_s: float, batch_size: int) -> LogReader:
     """A reader positioned at ``start``: ``"earliest"`` (the truncation point, or the first entry
     still stored), ``"latest"`` (after the last confirmed entry), or a position (the first entry at

@@ -11,6 +11,17 @@ from ledgerstore.api import NOT_EXISTS, BookieInfo, MetadataStore
 from ledgerstore.errors import BadVersionError, CookieMismatchError, InstanceIdMismatchError, MetadataError
 from ledgerstore.meta import layout
 
+#: the cookie field naming the incarnation
+INCARNATION = "incarnation"
+
+
+def identity(cookie: dict[str, Any] | None) -> str | None:
+    """The incarnation a cookie names: None when there is no cookie, ``""`` for a cookie written
+    before incarnations existed (such a bookie keeps that identity until it is formatted)."""
+    if cookie is None:
+        return None
+    return str(cookie.get(INCARNATION) or "")
+
 
 def info_to_bytes(info: BookieInfo) -> bytes:
     return json.dumps(dataclasses.asdict(info), separators=(",", ":")).encode()

@@ -32,10 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ledgerstore.api import NOT_EXISTS, MetadataStore
-from ledgerstore.bookie.cookie import identity
 from ledgerstore.errors import BadVersionError, LedgerStoreError, MetadataError, NoSuchKeyError
 from ledgerstore.meta import layout
-from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.meta.bookies import CookieManager, identity
 
 MARKERS = f"{layout.UNDERREPLICATION}/ledgers"
 ENABLE = f"{layout.UNDERREPLICATION}/enable"

@@ -25,22 +25,19 @@ import logging
 import random
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ledgerstore.client.ledger import recover
+from ledgerstore.client.client import Client
+from ledgerstore.client.recovery import recover
 from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.errors import (
     BadVersionError,
-    DigestMismatchError,
     LedgerStoreError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
-    error_for_status,
 )
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import notify
-from ledgerstore.proto import codec
-from ledgerstore.proto.codec import FLAG_RECOVERY_ADD, Status
 from ledgerstore.proto.digest import DigestManager, master_key
 from ledgerstore.recovery.markers import (
     MARKERS,
@@ -48,9 +45,6 @@ from ledgerstore.recovery.markers import (
     ReplicationError,
     UnderReplicationManager,
 )
-
-if TYPE_CHECKING:
-    from ledgerstore.client.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +332,7 @@ class ReplicationWorker:
         digest = DigestManager(md.ledger_id, md.digest_type, password)
         key = master_key(password)
         timeout = self.client.config.add_timeout_s
-        pool = self.client.pool
+        add = self.client.bookie_client.recovery_add
         extra = [b for b in extra_sources if b != target]
         sem = asyncio.Semaphore(COPY_WINDOW)
 
@@ -351,12 +345,9 @@ class ReplicationWorker:
                 sources += [ensemble[index]] + extra if ensemble[index] != target else extra
                 data = await self._read_replica(md, eid, sources, digest)
                 try:
-                    resp = await pool.get(target).request(
-                        lambda rid: codec.encode_add(rid, md.ledger_id, eid, key, data, FLAG_RECOVERY_ADD), timeout)
+                    await add(target, md.ledger_id, eid, key, data, timeout)
                 except LedgerStoreError as exc:
                     raise _TargetFailed(f"{target}: {exc}") from exc
-                if resp.status != Status.OK:
-                    raise _TargetFailed(str(error_for_status(resp.status, f"{target} answered {Status(resp.status).name}")))
                 self.stats["entries"] += 1
                 self.stats["bytes"] += len(data)
 
@@ -372,20 +363,13 @@ class ReplicationWorker:
     async def _read_replica(self, md: LedgerMetadata, eid: int, sources: list[str], digest: DigestManager) -> bytes:
         timeout = self.client.config.read_timeout_s
         seen: list[str] = []
+        read = self.client.bookie_client.read
         for bid in dict.fromkeys(sources):
             try:
-                resp = await self.client.pool.get(bid).request(
-                    lambda rid: codec.encode_read(rid, md.ledger_id, eid), timeout)
-            except LedgerStoreError as exc:
+                data = await read(bid, md.ledger_id, eid, timeout)
+                digest.verify(data, eid)
+            except LedgerStoreError as exc:  # unreachable, no copy, or a bad one (DigestMismatchError)
                 seen.append(f"{bid}: {exc}")
                 continue
-            if resp.status != Status.OK:
-                seen.append(f"{bid}: {Status(resp.status).name}")
-                continue
-            try:
-                digest.verify(resp.entry, eid)
-            except DigestMismatchError as exc:
-                seen.append(f"{bid}: {exc}")
-                continue
-            return resp.entry
+            return data
         raise ReplicationError(f"no readable replica of entry {eid} of ledger {md.ledger_id}: {'; '.join(seen)}")

@@ -1,0 +1,82 @@
+"""Typed requests to bookies (BookKeeper's ``BookieClient``): each coroutine encodes its request,
+sends it over the bookie's channel and maps a status other than OK to the matching exception
+(:func:`ledgerstore.errors.error_for_status`), in this one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ledgerstore.client.channel import ChannelPool, ResponseCallback
+from ledgerstore.errors import LedgerStoreError, error_for_status
+from ledgerstore.proto import codec
+from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
+
+ReadItems = tuple[tuple[int, int, bytes], ...]
+
+
+def status_error(bookie_id: str, what: str, status: int) -> LedgerStoreError:
+    """The exception for a bookie's non-OK answer to ``what``, its message naming both."""
+    name = Status(status).name if status in Status._value2member_map_ else str(status)
+    return error_for_status(status, f"bookie {bookie_id} answered {name} to {what}")
+
+
+class BookieClient:
+    """Requests to any bookie, by bookie id, over a :class:`ChannelPool` (whose interceptor is
+    the fault-injection seam). Timeouts come from the caller; an unanswered request raises
+    :class:`~ledgerstore.errors.TimeoutError_`, a lost connection
+    :class:`~ledgerstore.errors.BookieUnavailableError`."""
+
+    def __init__(self, pool: ChannelPool) -> None:
+        self.pool = pool
+
+    async def _call(self, bookie_id: str, frame_of: Callable[[int], bytes], timeout: float, what: str) -> codec.Response:
+        resp = await self.pool.get(bookie_id).request(frame_of, timeout)
+        if resp.status != Status.OK:
+            raise status_error(bookie_id, what, resp.status)
+        return resp
+
+    def add_batch(self, bookie_id: str, body: bytes, callback: ResponseCallback, timeout: float) -> None:
+        """Send an ADD_BATCH ``body`` (see :func:`codec.add_batch_body_of_items`); ``callback``
+        gets the raw answer, whose per-entry statuses the writer handles itself (the hot path:
+        no coroutine per frame)."""
+        ch = self.pool.get(bookie_id)
+        rid = ch.next_rid()
+        ch.send(rid, codec.add_batch_header(rid) + body, callback, timeout)
+
+    async def read(self, bookie_id: str, ledger_id: int, entry_id: int, timeout: float, *,
+                   fence_key: bytes | None = None) -> bytes:
+        """The signed bytes of one entry (not verified). With ``fence_key`` (the ledger's master
+        key) the read also fences the ledger on that bookie."""
+        key, flags = (b"", 0) if fence_key is None else (fence_key, FLAG_FENCE)
+        resp = await self._call(bookie_id, lambda rid: codec.encode_read(rid, ledger_id, entry_id, key, flags),
+                                timeout, f"a read of entry {entry_id} of ledger {ledger_id}")
+        return resp.entry
+
+    async def read_multi(self, bookie_id: str, ledger_id: int, entry_ids: Sequence[int], timeout: float) -> ReadItems:
+        """``(entry id, status, signed bytes)`` for each of ``entry_ids`` (one request)."""
+        ids = list(entry_ids)
+        resp = await self._call(bookie_id, lambda rid: codec.encode_read_multi(rid, ledger_id, ids), timeout,
+                                f"a read of {len(ids)} entries of ledger {ledger_id}")
+        return resp.items  # type: ignore[return-value]
+
+    async def read_lac(self, bookie_id: str, ledger_id: int, timeout: float, *, fence_key: bytes | None = None) -> int:
+        """The bookie's last-add-confirmed of the ledger; with ``fence_key`` it fences it too."""
+        key, flags = (b"", 0) if fence_key is None else (fence_key, FLAG_FENCE)
+        resp = await self._call(bookie_id, lambda rid: codec.encode_read_lac(rid, ledger_id, key, flags), timeout,
+                                f"{'fencing' if flags else 'a LAC read of'} ledger {ledger_id}")
+        return resp.lac
+
+    async def long_poll_lac(self, bookie_id: str, ledger_id: int, known: int, wait_s: float, timeout: float) -> int:
+        """The LAC as soon as it passes ``known`` on the bookie, or after ``wait_s`` seconds."""
+        ms = int(wait_s * 1000)
+        resp = await self._call(bookie_id, lambda rid: codec.encode_long_poll_lac(rid, ledger_id, known, ms),
+                                timeout, f"a LAC long poll of ledger {ledger_id}")
+        return resp.lac
+
+    async def recovery_add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, data: bytes,
+                           timeout: float) -> None:
+        """Store signed ``data`` as entry ``entry_id`` with a recovery add (it passes the fence)."""
+        await self._call(
+            bookie_id, lambda rid: codec.encode_add(rid, ledger_id, entry_id, master_key, data, FLAG_RECOVERY_ADD),
+            timeout, f"a recovery add of entry {entry_id} of ledger {ledger_id}")
+
