@@ -61,7 +61,7 @@ def test_updatebookieinledger_refuses_a_running_source_and_an_unregistered_desti
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert src in bookies_of(md_of(cluster, lh.ledger_id))
     r = json.loads(shell(cluster, "updatebookieinledger", "-sb", src, "-db", dest, "-updatespersec", "0",
-                         "-printprogress", "0", "-limit", "10", "-f", "--json").stdout)
+                         "-printprogress", "0", "-verbose", "-limit", "10", "-f", "--json").stdout)
     assert r["updated_ledgers"] == [lh.ledger_id]
     assert bookies_of(md_of(cluster, lh.ledger_id)) == {dest, cluster.bookie_id(1), cluster.bookie_id(2)}
 

@@ -84,8 +84,9 @@ def _update_options(fn: Any) -> Any:
     """BookKeeper's pacing flags, and -f / --json."""
     fn = json_option(fn)
     fn = click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")(fn)
+    fn = click.option("-v", "--verbose", is_flag=True, help="print progress (every -printprogress seconds)")(fn)
     fn = click.option("-p", "--printprogress", "print_every", type=float, default=10.0, show_default=True,
-                      help="print progress every this many seconds (0: never)")(fn)
+                      help="with -v: print progress every this many seconds")(fn)
     fn = click.option("-l", "--limit", type=int, default=-1, show_default=True,
                       help="update at most this many ledgers (-1: all)")(fn)
     fn = click.option("-s", "--updatespersec", "per_second", type=click.FloatRange(min=0), default=5.0,
@@ -109,11 +110,12 @@ def _confirm_and_rewrite(sc: Any, src: str, dest: str, tool: str, per_second: fl
 @click.pass_obj
 @handle_errors
 def updatebookieinledger(sc: Any, src: str, dest: str, per_second: float, limit: int, print_every: float,
-                         force: bool, as_json: bool) -> None:
+                         verbose: bool, force: bool, as_json: bool) -> None:
     """Replace a bookie id by another in every ledger's ensembles (after a bookie's address changed,
     with its data moved as is). Refused while the source is registered (running) and when the
     destination is not a registered bookie."""
-    _confirm_and_rewrite(sc, src, dest, "updatebookieinledger", per_second, limit, print_every, force, as_json)
+    _confirm_and_rewrite(sc, src, dest, "updatebookieinledger", per_second, limit, print_every if verbose else 0,
+                         force, as_json)
 
 
 def _is_ip(host: str) -> bool:
@@ -150,7 +152,7 @@ def _other_form(bookie_id: str, want: str) -> str:
 @click.pass_obj
 @handle_errors
 def updateledgers(sc: Any, bookie_config: str, form: str, per_second: float, limit: int, print_every: float,
-                  force: bool, as_json: bool) -> None:
+                  verbose: bool, force: bool, as_json: bool) -> None:
     """After a bookie's id switched between its IP address and its host name (and it was restarted
     under the new id): rewrite the old id to the new one in every ledger's ensembles."""
     from ledgerstore.config import load_bookie_config
@@ -160,4 +162,5 @@ def updateledgers(sc: Any, bookie_config: str, form: str, per_second: float, lim
     src = _other_form(dest, form)
     if sc.metadata is None and sc.config is None:
         sc.metadata = cfg.metadata
-    _confirm_and_rewrite(sc, src, dest, "updateledgers", per_second, limit, print_every, force, as_json)
+    _confirm_and_rewrite(sc, src, dest, "updateledgers", per_second, limit, print_every if verbose else 0,
+                         force, as_json)
