@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +180,18 @@ async def memory_context(tmp_path: Path, n_bookies: int = 3, *, names: Sequence[
     placement = load_driver("placement", cfg.placement)(**cfg.placement_options)
     return MemoryContext(cfg, LedgerManager(store), placement, pool, BookieClient(pool),
                          asyncio.get_running_loop(), bookies)
+
+
+def run_in_memory(tmp_path: Path, test: Callable[[MemoryContext], Awaitable[None]], names: Sequence[str] = (),
+                  **config: Any) -> None:
+    """Run ``test`` on a fresh :func:`memory_context` (closed afterwards), within 60 s."""
+
+    async def main() -> None:
+        ctx = await memory_context(tmp_path, names=names, **config)
+        try:
+            await test(ctx)
+        finally:
+            await ctx.pool.close()
+            await ctx.ledgers.store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

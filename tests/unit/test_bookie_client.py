@@ -5,7 +5,6 @@ handles rely on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -21,22 +20,10 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Op, Status
 from ledgerstore.proto.digest import DigestManager
 from ledgerstore.testing.faults import FaultInjector
-from tests.unit.memory_bookies import MemoryContext, memory_context
+from tests.unit.memory_bookies import MemoryContext, run_in_memory
 
 KEY = b"k" * 20
 LID = 7
-
-
-def run(tmp_path: Path, test: Callable[[MemoryContext], Awaitable[None]], **config: object) -> None:
-    async def main() -> None:
-        ctx = await memory_context(tmp_path, **config)
-        try:
-            await test(ctx)
-        finally:
-            await ctx.pool.close()
-            await ctx.ledgers.store.close()
-
-    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def signed(eid: int, payload: bytes = b"x", lac: int = -1) -> bytes:
@@ -57,7 +44,7 @@ def test_each_status_becomes_its_exception_type(tmp_path: Path) -> None:
         items = await bc.read_multi("b0", LID, [0, 1], 5)
         assert [(e, st) for e, st, _ in items] == [(0, Status.OK), (1, Status.NO_SUCH_ENTRY)]
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
 
 
 def test_a_fencing_read_makes_the_bookie_refuse_adds_but_not_recovery_adds(tmp_path: Path) -> None:
@@ -75,7 +62,7 @@ def test_a_fencing_read_makes_the_bookie_refuse_adds_but_not_recovery_adds(tmp_p
         resp = await answered
         assert resp is not None and resp.items[0][1] == Status.FENCED
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
 
 
 def test_a_dropped_request_times_out_and_a_lost_connection_fails_what_is_in_flight(tmp_path: Path) -> None:
@@ -94,4 +81,4 @@ def test_a_dropped_request_times_out_and_a_lost_connection_fails_what_is_in_flig
         with pytest.raises(BookieUnavailableError):
             await pending
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)

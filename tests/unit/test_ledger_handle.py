@@ -5,7 +5,6 @@ and recovery's fencing, read-ahead and stop at the first missing entry."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,22 +22,9 @@ from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.proto.codec import Op
 from ledgerstore.proto.digest import password_check
 from ledgerstore.testing.faults import FaultInjector
-from tests.unit.memory_bookies import MemoryContext, memory_context
+from tests.unit.memory_bookies import MemoryContext, run_in_memory
 
 PW = b"pw"
-
-
-def run(tmp_path: Path, test: Callable[[MemoryContext], Awaitable[None]], names: Sequence[str] = (),
-        **config: object) -> None:
-    async def main() -> None:
-        ctx = await memory_context(tmp_path, names=names, **config)
-        try:
-            await test(ctx)
-        finally:
-            await ctx.pool.close()
-            await ctx.ledgers.store.close()
-
-    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 async def new_ledger(ctx: MemoryContext, e: int = 3, qw: int = 3, qa: int = 2) -> LedgerHandle:
@@ -65,7 +51,7 @@ def test_acks_reach_the_application_in_entry_order_while_one_bookie_is_held(tmp_
         rh = ReadHandle(ctx, await ctx.ledgers.read(lh.ledger_id), PW)
         assert [e.payload for e in await rh.read(0, 49)] == [b"e%d" % i for i in range(50)]
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
 
 
 def test_a_reader_skips_a_corrupt_copy_and_names_a_digest_mismatch_only_when_every_copy_is_bad(
@@ -82,7 +68,7 @@ def test_a_reader_skips_a_corrupt_copy_and_names_a_digest_mismatch_only_when_eve
         with pytest.raises(DigestMismatchError):
             await lh.read_entry(1)
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
 
 
 def test_an_unreachable_ensemble_is_unavailable_whatever_its_bookies_are_called(tmp_path: Path) -> None:
@@ -99,7 +85,7 @@ def test_an_unreachable_ensemble_is_unavailable_whatever_its_bookies_are_called(
         with pytest.raises(BookieUnavailableError):
             await lh.read_entry(0, fence=True)
 
-    run(tmp_path, test, names=("digest-a", "digest-b", "digest-c"), read_timeout_s=0.2,
+    run_in_memory(tmp_path, test, names=("digest-a", "digest-b", "digest-c"), read_timeout_s=0.2,
         speculative_read_timeout_ms=0)
 
 
@@ -122,7 +108,7 @@ def test_recovery_closes_at_the_last_entry_before_the_first_one_no_quorum_has(tm
         with pytest.raises(NoSuchEntryError):
             await ReadHandle(ctx, md, PW).read(6, 7)
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
 
 
 def test_recovery_has_several_fencing_reads_in_flight(tmp_path: Path) -> None:
@@ -137,4 +123,4 @@ def test_recovery_has_several_fencing_reads_in_flight(tmp_path: Path) -> None:
         md = await task
         assert md.last_entry_id == 2
 
-    run(tmp_path, test)
+    run_in_memory(tmp_path, test)
