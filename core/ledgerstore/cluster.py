@@ -1,6 +1,7 @@
 """A cluster of bookie processes on this machine: used by ``ledgerstore standalone``, by the test
 suite and by benchmarks. Each bookie is its own process, started from its own config file and
-stopped by its PID."""
+stopped by its PID. With a sqlite metadata store the cluster can run the file's metadata server
+(``ledgerstore metadata-server``) as one more process, started first and stopped last."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ class LocalCluster:
         metadata: str | None = None,
         env: dict[str, str] | None = None,
         supervise: bool = False,
+        metadata_server: bool = False,
     ) -> None:
         if bookies < 1:
             raise ConfigError(f"a cluster needs at least one bookie, not {bookies}")
@@ -99,6 +101,12 @@ class LocalCluster:
         self.extra = extra_bookie_config
         self.metadata = metadata or f"sqlite://{self.data_dir / 'metadata.db'}"
         self.env = env
+        #: run the sqlite file's metadata server (``ledgerstore standalone`` always does), so no
+        #: bookie or client holds the database's write lock
+        self.metadata_server = metadata_server
+        if metadata_server and not self.metadata.startswith("sqlite://"):
+            raise ConfigError(f"a metadata server serves sqlite:// metadata only, not {self.metadata}")
+        self.server_proc: subprocess.Popen[bytes] | None = None
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._log_offsets: dict[int, int] = {}
 
@@ -147,6 +155,24 @@ class LocalCluster:
                 + self.extra
             )
 
+    @property
+    def metadata_server_log(self) -> Path:
+        return self.data_dir / "metadata-server.log"
+
+    def start_metadata_server(self, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+        """Start the sqlite metadata server (supervised like the bookies) and wait until it serves."""
+        db = self.metadata.removeprefix("sqlite://")
+        self.server_proc = start_metadata_server_process(
+            db, self.metadata_server_log, env=self.env, supervise=self.supervise, timeout=timeout
+        )
+        return self.server_proc
+
+    def stop_metadata_server(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        """Stop the metadata server (SIGKILL with ``sig=signal.SIGKILL``) and reap it."""
+        proc, self.server_proc = self.server_proc, None
+        if proc is not None:
+            stop_process(proc, sig, timeout)
+
     def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
         self._log_offsets[i] = self.log_path(i).stat().st_size if self.log_path(i).exists() else 0
         log = open(self.log_path(i), "ab")
@@ -169,6 +195,8 @@ class LocalCluster:
         for i in range(self.n):
             check_port_free(f"bookie {i}", "127.0.0.1", self.ports[i])
         self.write_configs()
+        if self.metadata_server and (self.server_proc is None or self.server_proc.poll() is not None):
+            self.start_metadata_server()
         self.init_cluster()
         for i in range(self.n):
             self.start_bookie(i)
@@ -285,12 +313,62 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self.procs.clear()
+        # Last: the bookies needed it to end their sessions cleanly.
+        self.stop_metadata_server(timeout=max(0.1, deadline - time.monotonic()))
 
     def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_metadata_server_process(
+    db_path: str | Path,
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    supervise: bool = False,
+    timeout: float = 30.0,
+    extra_args: tuple[str, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Run ``ledgerstore metadata-server --db db_path`` logging to ``log_path`` and return once it
+    serves; :class:`LedgerStoreError` with its last log line if it exits or stays silent.
+    ``supervise``: it dies with this process, as a supervised bookie does."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    full_env = dict(os.environ, **(env or {}))
+    if supervise:
+        full_env[SUPERVISOR_PID_ENV] = str(os.getpid())
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ledgerstore", "metadata-server", "--db", str(db_path), *extra_args],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=full_env,
+            preexec_fn=_die_with_parent if supervise else None,
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+        if " ready on " in text:
+            return proc
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc, signal.SIGKILL, 10)
+            last = (text.strip().splitlines() or ["(nothing logged)"])[-1]
+            raise LedgerStoreError(f"the metadata server for {db_path} did not start: {last} (log: {log_path})")
+        time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    """Send ``sig`` to ``proc`` (if it still runs) and reap it; SIGKILL if it outlives ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _die_with_parent() -> None:

@@ -1,4 +1,8 @@
-"""``ledgerstore standalone``: sqlite metadata and N bookie processes on this machine."""
+"""``ledgerstore standalone``: a sqlite metadata server and N bookie processes on this machine.
+
+The metadata server owns the sqlite file and is started first: bookies and clients reach the
+metadata through its socket, so no process (a paused client, a bookie in a debugger) can hold
+the file's write lock and stall the others. See ``docs/metadata-sqlite.md``."""
 
 from __future__ import annotations
 
@@ -50,10 +54,12 @@ def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str,
 @handle_errors
 def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transport: str, demo: bool,
                demo_entries: int) -> None:
-    """Run sqlite metadata and N bookies on this machine. Ctrl-C stops it; a restart on the same
-    --data-dir keeps every ledger."""
-    # Supervised: the bookies die with this process, even on kill -9, so none keeps its port.
-    cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport, supervise=True)
+    """Run a sqlite metadata server and N bookies on this machine. Ctrl-C stops it; a restart on
+    the same --data-dir keeps every ledger."""
+    # Supervised: the metadata server and the bookies die with this process, even on kill -9, so
+    # none keeps its port or the database's lock.
+    cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport, supervise=True,
+                           metadata_server=True)
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
     stop = {"now": False}
 
@@ -66,7 +72,7 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
     try:
         cluster.start()
         console.print(f"[green]cluster up[/green] in {time.monotonic() - t0:.1f}s")
-        console.print(f"metadata URI: [bold]{cluster.metadata}[/bold]")
+        console.print(f"metadata URI: [bold]{cluster.metadata}[/bold]  (server log: {cluster.metadata_server_log})")
         for i in range(bookies):
             console.print(f"  bookie {i}: {cluster.address(i)}  (log: {cluster.log_path(i)})")
         if demo:
@@ -78,13 +84,17 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
             return
         console.print("serving; press Ctrl-C to stop")
         while not stop["now"]:
+            server = cluster.server_proc
+            if server is not None and server.poll() is not None:
+                console.print(f"[red]metadata server exited with code {server.returncode}; restarting it[/red]")
+                cluster.start_metadata_server()
             for i, p in list(cluster.procs.items()):
                 if p.poll() is not None:
                     console.print(f"[red]bookie {i} exited with code {p.returncode}; restarting it[/red]")
                     cluster.start_bookie(i)
             time.sleep(0.5)
     finally:
-        if cluster.procs:  # a start that failed already said why in one line
-            console.print("stopping bookies ...")
+        if cluster.procs or cluster.server_proc is not None:  # a failed start already said why
+            console.print("stopping bookies, then the metadata server ...")
             cluster.stop()
             console.print("stopped")
