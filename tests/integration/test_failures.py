@@ -45,8 +45,10 @@ def test_writes_continue_through_a_bookie_loss_with_a_new_fragment(cluster_facto
             assert len(md.ensembles) == 2, md.ensembles
             first, new = md.ensembles[1]
             assert victim_id not in new and 0 < first <= 4400
+            # once the new fragment is in place no round of 200 adds waits on the lost bookie:
+            # a writer still waiting for it would manage one round per add timeout at best
             after = rates[killed_at + 5 :]
-            assert after and min(after) > 0
+            assert after and min(after) > 200 / client.config.add_timeout_s, after
             await lh.close()
             rh = await client.open_ledger(lh.ledger_id, password=b"pw")
             got = await rh.read(0, len(acked) - 1)
