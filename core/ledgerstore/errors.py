@@ -1,16 +1,46 @@
 """One error hierarchy for the whole project, mirroring BookKeeper's result codes.
 
 Every error says what was asked, what was found and, where it helps, what to do next.
-``code`` is the BookKeeper-style status carried on the wire where one applies.
+``code`` is the BookKeeper-style status carried on the wire where one applies. A class declares
+its status once, in its class statement (``class LedgerFencedError(LedgerStoreError, status=104)``):
+that sets ``code`` (which subclasses inherit) and registers the class, so the bookie answers an
+exception with :func:`status_for` and a client turns a status back into an exception with
+:func:`error_for_status`. ``http=`` likewise declares what the admin HTTP API answers (``http_status``).
+No other table of codes exists.
+
+A status decodes to the most derived class of the first class that declared it
+(``ProtocolError`` declares 100, its subclass ``BadRequestError`` redeclares it and so decodes it);
+an unrelated class may answer with the same status (``InvalidArgumentError``) without decoding it.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
+
+#: wire status -> the exception class a client raises for it (filled by class statements)
+_BY_CODE: dict[int, type[LedgerStoreError]] = {}
+
+#: what a bookie answers for a failure whose class declares no status (BookKeeper's EIO)
+IO_ERROR_STATUS = 101
 
 
 class LedgerStoreError(Exception):
     """Root of every error raised by ledgerstore."""
 
-    code: int = -1
+    code: ClassVar[int] = -1
+    #: the HTTP status the admin API answers this error with (500: the server failed)
+    http_status: ClassVar[int] = 500
+
+    def __init_subclass__(cls, *, status: int | None = None, http: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if http is not None:
+            cls.http_status = http
+        if status is None:
+            return
+        cls.code = status
+        holder = _BY_CODE.get(status)
+        if holder is None or issubclass(cls, holder):
+            _BY_CODE[status] = cls
 
 
 # --- configuration and plugins -------------------------------------------------------------
@@ -31,10 +61,8 @@ class MetadataError(LedgerStoreError):
     """The metadata store failed or is unreachable."""
 
 
-class BadVersionError(MetadataError):
+class BadVersionError(MetadataError, status=103):
     """A compare-and-set saw another version than the one expected."""
-
-    code = 103
 
 
 class NoSuchKeyError(MetadataError, KeyError):
@@ -63,53 +91,47 @@ class InstanceIdMismatchError(CookieMismatchError):
 # --- protocol / bookie ------------------------------------------------------------------------
 
 
-class ProtocolError(LedgerStoreError):
+class ProtocolError(LedgerStoreError, status=100):
     """A frame could not be decoded: truncated, oversized, wrong version or unknown opcode."""
 
-    code = 100
 
-
-class BadRequestError(ProtocolError):
-    code = 100
+class BadRequestError(ProtocolError, status=100):
+    """A request the bookie could not make sense of (BookKeeper's EBADREQ)."""
 
 
 class FrameTooLargeError(ProtocolError):
     """A frame is larger than the configured maximum frame size."""
 
 
-class BookieIOError(LedgerStoreError):
-    code = 101
+class BookieIOError(LedgerStoreError, status=101):
+    """The bookie's disks failed it, or its journal or storage is damaged (BookKeeper's EIO)."""
 
 
-class UnauthorizedAccessError(LedgerStoreError):
+class UnauthorizedAccessError(LedgerStoreError, status=102, http=403):
     """Wrong password or master key for a ledger."""
 
-    code = 102
 
-
-class LedgerFencedError(LedgerStoreError):
+class LedgerFencedError(LedgerStoreError, status=104):
     """The ledger was fenced by recovery: the outcome of a pending add is unknown, not failed."""
 
-    code = 104
+
+class BookieReadOnlyError(LedgerStoreError, status=105):
+    """The bookie is read-only (its disks are full, or an administrator said so) or not registered: it takes no adds."""
 
 
-class BookieReadOnlyError(LedgerStoreError):
-    code = 105
+class TooManyRequestsError(LedgerStoreError, status=106):
+    """The bookie is past one of its limits (adds in flight, long-poll waiters): ask again later."""
 
 
-class TooManyRequestsError(LedgerStoreError):
-    code = 106
+class NoSuchLedgerError(LedgerStoreError, status=402, http=404):
+    """The ledger is not known (to the bookie, or to the metadata store)."""
 
 
-class NoSuchLedgerError(LedgerStoreError):
-    code = 402
+class NoSuchEntryError(LedgerStoreError, status=403, http=404):
+    """The entry is not stored (not written yet, or past the ledger's end)."""
 
 
-class NoSuchEntryError(LedgerStoreError):
-    code = 403
-
-
-class BookieUnavailableError(LedgerStoreError):
+class BookieUnavailableError(LedgerStoreError, http=503):
     """A bookie could not be reached or did not answer in time."""
 
 
@@ -120,7 +142,7 @@ class TimeoutError_(BookieUnavailableError):  # noqa: N801 - avoid shadowing the
 # --- client ---------------------------------------------------------------------------------
 
 
-class NotEnoughBookiesError(LedgerStoreError):
+class NotEnoughBookiesError(LedgerStoreError, http=503):
     """Placement could not find enough bookies that meet the constraints."""
 
 
@@ -140,7 +162,7 @@ class AddFailedError(LedgerStoreError):
     """An add could not be acknowledged by an ack quorum."""
 
 
-class InvalidArgumentError(LedgerStoreError, ValueError):
+class InvalidArgumentError(LedgerStoreError, ValueError, status=100, http=400):
     """An argument is outside what the protocol allows (for example E < Qw)."""
 
 
@@ -157,19 +179,14 @@ class LogError(LedgerStoreError):
     """A log operation failed."""
 
 
-_BY_CODE: dict[int, type[LedgerStoreError]] = {
-    100: BadRequestError,
-    101: BookieIOError,
-    102: UnauthorizedAccessError,
-    104: LedgerFencedError,
-    105: BookieReadOnlyError,
-    106: TooManyRequestsError,
-    402: NoSuchLedgerError,
-    403: NoSuchEntryError,
-}
-
-
 def error_for_status(status: int, message: str) -> LedgerStoreError:
     """Map a wire status code to the matching exception."""
     cls = _BY_CODE.get(status, LedgerStoreError)
     return cls(message)
+
+
+def status_for(exc: BaseException) -> int:
+    """The wire status a bookie answers ``exc`` with: the status its class declared, else an IO
+    error (a failure of the bookie's own disks, or one it did not foresee)."""
+    code = exc.code if isinstance(exc, LedgerStoreError) else -1
+    return code if code >= 0 else IO_ERROR_STATUS

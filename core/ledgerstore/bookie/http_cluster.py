@@ -16,14 +16,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ledgerstore.api.http import HttpError, Request, Response, parse_bool
+from ledgerstore.bookie.http_routes import Endpoints, Route
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta import layout
 from ledgerstore.recovery.admin import decommission_bookie, recover_bookie
 from ledgerstore.recovery.markers import UnderReplicationManager
 
 log = logging.getLogger(__name__)
-
-Route = tuple[str, str, Callable[[Request], Awaitable[Response]]]
 
 
 def cluster_routes(server: Any) -> list[Route]:
@@ -45,12 +44,8 @@ def cluster_routes(server: Any) -> list[Route]:
     ]
 
 
-class ClusterEndpoints:
+class ClusterEndpoints(Endpoints):
     """Handlers over the bookie's metadata store (and, for disk figures, its client)."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self.bookie = server.bookie
 
     @property
     def markers(self) -> UnderReplicationManager:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
 import crc32c
 
@@ -183,20 +183,27 @@ def _split_batch(path: Path, where: int, ledger_id: int, count: int, data: memor
 
 
 Callback = Callable[[], None]
+#: what the journal hands back, per append, once the append is durable (or failed)
+C = TypeVar("C")
 
 
-class Journal:
+class Journal(Generic[C]):
     """Appends records from the event loop; a writer thread commits them in groups.
 
-    ``append(record, token)`` queues bytes; once the group holding them is written and fsync'd,
-    ``on_durable(tokens)`` runs on the event loop with the tokens of the whole group, in order.
+    ``append(record, completion)`` queues bytes; once the group holding them is written and
+    fsync'd, ``on_durable(completions)`` runs on the event loop with the completions of the whole
+    group, in order. If the writer fails, ``on_failed(completions, error)`` runs instead for the
+    group it could not write, and no later append is accepted. A completion is whatever the caller
+    needs to answer the requests behind its records (the bookie's are
+    :class:`ledgerstore.bookie.completions.Completion`); the journal never looks inside it.
     """
 
     def __init__(
         self,
         directory: Path,
-        on_durable: Callable[[list[Any]], None],
+        on_durable: Callable[[list[C]], None],
         *,
+        on_failed: Callable[[list[C], BaseException], None] | None = None,
         max_group_wait_ms: float = 2.0,
         max_group_bytes: int = 512 * 1024,
         flush_when_queue_empty: bool = True,
@@ -206,13 +213,14 @@ class Journal:
     ) -> None:
         self.dir = Path(directory)
         self.on_durable = on_durable
+        self.on_failed = on_failed
         self.max_group_wait = max_group_wait_ms / 1000.0
         self.max_group_bytes = max_group_bytes
         self.flush_when_queue_empty = flush_when_queue_empty
         self.max_file_size = max_file_size
         self.max_backups = max_backups
         self.sync = sync
-        self._queue: queue.SimpleQueue[tuple[bytes, Any, int, float, float] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[bytes, C, int, float, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1
@@ -265,14 +273,14 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
-    def append(self, record: bytes, token: Any, records: int = 1, started: float = 0.0) -> None:
+    def append(self, record: bytes, completion: C, records: int = 1, started: float = 0.0) -> None:
         """Queue bytes holding ``records`` records (from the event loop). Never blocks.
 
         ``started`` is the ``time.perf_counter()`` at which the request behind the record
         arrived: given, the time until its answer is counted in :attr:`request_seconds`."""
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
-        self._queue.put((record, token, records, time.perf_counter(), started))
+        self._queue.put((record, completion, records, time.perf_counter(), started))
 
     def queue_size(self) -> int:
         """Appends waiting for the writer thread (approximate)."""
@@ -341,7 +349,8 @@ class Journal:
             except OSError as exc:
                 self.failed = exc
                 log.error("journal write failed, no further adds are acknowledged: %s", exc)
-                loop.call_soon_threadsafe(self.on_durable, [("journal-error", exc, tokens)])
+                if self.on_failed is not None:
+                    loop.call_soon_threadsafe(self.on_failed, tokens, exc)
                 break
             self._observe_group(queued, taken)
             loop.call_soon_threadsafe(self._answer, tokens, started)
@@ -357,7 +366,7 @@ class Journal:
             q(taken - t)
             a(durable - t)
 
-    def _answer(self, tokens: list[Any], started: list[float]) -> None:
+    def _answer(self, tokens: list[C], started: list[float]) -> None:
         """On the loop: answer a durable group, then count its requests' latencies."""
         self.on_durable(tokens)
         now = time.perf_counter()

@@ -112,7 +112,7 @@ class BookieCollector(Collector):
                        c.unknown_ledger_claims)
         yield _gauge("ledgerstore_bookie_requests_awaiting_metadata",
                      "Adds and fences waiting for the metadata look-up of a ledger new to this bookie.",
-                     b._awaiting_count)
+                     b.processor.awaiting_count)
         rejected = CounterMetricFamily(
             "ledgerstore_bookie_rejected_adds", "Adds refused, by status (READ_ONLY, FENCED, UNAUTHORIZED, ...).",
             labels=["reason"],
@@ -122,13 +122,13 @@ class BookieCollector(Collector):
         for reason, n in sorted({**dict.fromkeys(_USUAL_REJECTIONS, 0), **dict(c.rejected_adds)}.items()):
             rejected.add_metric([reason], n)
         yield rejected
-        yield _gauge("ledgerstore_bookie_ledgers", "Ledgers this bookie holds a master key for.", len(b._master_keys))
+        yield _gauge("ledgerstore_bookie_ledgers", "Ledgers this bookie holds a master key for.", len(b.ledgers.master_keys))
         yield _gauge("ledgerstore_bookie_read_only", "1 when the bookie refuses adds (disk full or forced).",
                      1 if b.read_only else 0)
         yield _gauge("ledgerstore_bookie_forced_read_only", "1 when read-only was forced by an administrator.",
                      1 if b.forced_read_only else 0)
         yield _gauge("ledgerstore_bookie_registered", "1 while the bookie's registration is live in metadata.",
-                     1 if b._registered_event.is_set() else 0)
+                     1 if b.state.registered.is_set() else 0)
         if b.started_at:
             yield _gauge("ledgerstore_bookie_start_time_seconds", "Unix time the bookie began serving.", b.started_at)
             yield _gauge("ledgerstore_bookie_uptime_seconds", "Seconds since the bookie began serving.",
@@ -166,7 +166,7 @@ class BookieCollector(Collector):
 
     def _disk_metrics(self) -> Iterator[Metric]:
         b = self.bookie
-        total, used, free = b._disk_usage()
+        total, used, free = b.processor.disk_usage()
         yield _gauge("ledgerstore_bookie_disk_total_bytes", "Size of the file systems holding ledger dirs.", total)
         yield _gauge("ledgerstore_bookie_disk_used_bytes", "Bytes used on those file systems.", used)
         yield _gauge("ledgerstore_bookie_disk_free_bytes", "Bytes free on those file systems.", free)
@@ -263,7 +263,7 @@ class BookieCollector(Collector):
         yield bookkeeper_counter("bookie_WRITE_BYTES", "Bytes of entries accepted by adds (BookKeeper's name).",
                                  c.add_bytes)
         yield bookkeeper_gauge("bookie_ledgers_count", "Ledgers this bookie holds (BookKeeper's name).",
-                               len(b._master_keys))
+                               len(b.ledgers.master_keys))
 
 
 def under_replication_metrics(bookie: Any) -> Iterable[Metric]:

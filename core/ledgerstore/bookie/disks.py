@@ -1,0 +1,29 @@
+"""Disk usage of a bookie's ledger directories (what the disk checker, the registration record
+and BOOKIE_INFO report)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def disk_usage(dirs: Sequence[Path]) -> tuple[int, int, int]:
+    """(total, used, free) bytes of the file systems holding ``dirs``, each file system counted
+    once; a directory that cannot be examined is left out."""
+    total = used = free = 0
+    seen = set()
+    for d in dirs:
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            continue
+        if st.f_fsid in seen:
+            continue
+        seen.add(st.f_fsid)
+        du = shutil.disk_usage(d)
+        total += du.total
+        used += du.used
+        free += du.free
+    return total, used, free

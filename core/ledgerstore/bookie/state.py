@@ -1,0 +1,40 @@
+"""Whether the bookie takes writes (BookKeeper's ``StateManager``): serving or still starting,
+registered or not, writable or read-only, and why."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class BookieState:
+    """The bookie's state; the bookie updates it, the request processor and admin API read it."""
+
+    def __init__(self, bookie_id: str, disk_usage_threshold: float, disk_usage_lwm: float) -> None:
+        self.bookie_id = bookie_id
+        self.disk_usage_threshold = disk_usage_threshold
+        self.disk_usage_lwm = disk_usage_lwm
+        #: False while starting (replaying the journal): requests are refused, not queued
+        self.serving = False
+        self.read_only = False
+        #: read-only forced by an administrator
+        self.forced_read_only = False
+        #: set while the bookie's registration stands (cleared when the metadata session is lost)
+        self.registered = asyncio.Event()
+
+    def update(self, used_fraction: float, lost: str | None) -> bool:
+        """Turn read-only when forced, when the bookie lost its data, or when its disks pass the
+        threshold; writable again below the low-water mark. Returns whether the state changed."""
+        was = self.read_only
+        if self.forced_read_only or lost is not None:
+            self.read_only = True
+        elif used_fraction >= self.disk_usage_threshold:
+            self.read_only = True
+        elif used_fraction < self.disk_usage_lwm:
+            self.read_only = False
+        if self.read_only != was:
+            log.warning("bookie %s is now %s (%s)", self.bookie_id, "READ-ONLY" if self.read_only else "writable",
+                        "it lost its data" if lost is not None else f"disk {used_fraction * 100:.1f}% used")
+        return self.read_only != was
