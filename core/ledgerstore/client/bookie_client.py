@@ -73,6 +73,13 @@ class BookieClient:
                                 timeout, f"a LAC long poll of ledger {ledger_id}")
         return resp.lac
 
+    async def list_ledgers(self, bookie_id: str, first: int, most: int, timeout: float) -> list[tuple[int, int]]:
+        """``(ledger id, last entry stored)`` of up to ``most`` ledgers the bookie holds, from
+        ledger ``first`` on, in id order."""
+        resp = await self._call(bookie_id, lambda rid: codec.encode_list_ledgers(rid, first, most), timeout,
+                                f"a listing of ledgers from {first}")
+        return [(int(item[0]), int(item[1])) for item in resp.items]
+
     async def recovery_add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, data: bytes,
                            timeout: float) -> None:
         """Store signed ``data`` as entry ``entry_id`` with a recovery add (it passes the fence)."""

@@ -16,18 +16,16 @@ writers (and to recovery when they are closed).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from typing import Any
 
 from ledgerstore.api import MetadataStore
+from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
 from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
-from ledgerstore.proto import codec
-from ledgerstore.proto.codec import Status
 from ledgerstore.recovery.markers import NOT_HELD, UnderReplicationManager
 
 log = logging.getLogger(__name__)
@@ -37,10 +35,6 @@ log = logging.getLogger(__name__)
 RECHECK_DELAY_S = 1.0
 #: ledgers asked for per request
 PAGE = 16384
-
-
-def _list_frame(rid: int, first: int, most: int) -> bytes:
-    return codec.encode_list_ledgers(rid, first, most)
 
 
 def needed_last_entry(md: LedgerMetadata, bookie_id: str) -> int | None:
@@ -66,6 +60,7 @@ class ReplicasCheck:
                  recheck_delay_s: float = RECHECK_DELAY_S) -> None:
         self.store = store
         self.pool = pool
+        self.bookie_client = BookieClient(pool)
         self.timeout_s = timeout_s
         self.recheck_delay_s = recheck_delay_s
         self.markers = UnderReplicationManager(store)
@@ -76,22 +71,17 @@ class ReplicasCheck:
         """``{ledger id: last entry stored}`` of ``bookie_id`` from ledger ``first`` on (at most
         ``most`` ledgers), or None if it could not say (unreachable, or too old to know the request)."""
         out: dict[int, int] = {}
-        channel = self.pool.get(bookie_id)
         while True:
             page = PAGE if most is None else min(PAGE, most - len(out))
             try:
-                resp = await channel.request(functools.partial(_list_frame, first=first, most=page), self.timeout_s)
+                items = await self.bookie_client.list_ledgers(bookie_id, first, page, self.timeout_s)
             except LedgerStoreError as exc:
-                log.warning("replicas check: bookie %s did not answer (%s); skipped", bookie_id, exc)
+                log.warning("replicas check: bookie %s could not say what it holds (%s); skipped", bookie_id, exc)
                 return None
-            if resp.status != Status.OK:
-                log.warning("replicas check: bookie %s answered %s; skipped", bookie_id, Status(resp.status).name)
-                return None
-            for item in resp.items:
-                out[int(item[0])] = int(item[1])
-            if len(resp.items) < page or (most is not None and len(out) >= most):
+            out.update(items)
+            if len(items) < page or (most is not None and len(out) >= most):
                 return out
-            first = int(resp.items[-1][0]) + 1
+            first = items[-1][0] + 1
 
     async def run(self) -> dict[str, Any]:
         """Check every closed ledger against what its bookies hold; mark those short of data.

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ledgerstore.aio import Client
 from ledgerstore.api import Notification, Subscription
 from ledgerstore.config import AutoRecoveryConfig, ClientConfig
 from ledgerstore.errors import LedgerStoreError
@@ -37,8 +38,6 @@ class RecoveryService:
 
     def __init__(self, client_config: ClientConfig, settings: AutoRecoveryConfig, process_id: str | None = None,
                  on_decommission: Callable[[], Awaitable[None]] | None = None) -> None:
-        from ledgerstore.aio import Client
-
         self.settings = settings
         self.process_id = process_id or f"autorecovery-{socket.gethostname()}-{os.getpid()}"
         self.client = Client(config=client_config)
