@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class _RemoteSubscription(Subscription):
-    __slots__ = ("_session", "wid", "prefix", "callback", "active")
+    __slots__ = ("_session", "wid", "prefix", "callback", "active", "last_rev")
 
     def __init__(self, session: RemoteSession, wid: int, prefix: str, callback: NotificationCallback) -> None:
         self._session = session
@@ -35,6 +35,9 @@ class _RemoteSubscription(Subscription):
         self.prefix = prefix
         self.callback = callback
         self.active = True
+        #: the revision this watch is current at: after a reconnect the server replays what
+        #: changed since, so no notification is lost while the connection was down
+        self.last_rev: int | None = None
 
     def cancel(self) -> None:
         """Stop callbacks at once; the server is told to drop the watch."""
@@ -132,7 +135,8 @@ class RemoteSession:
         sub = _RemoteSubscription(self, next(self._ids), prefix, callback)
         self._watches[sub.wid] = sub
         try:
-            await self.call("watch", watch=sub.wid, prefix=prefix)
+            current = int(await self.call("watch", watch=sub.wid, prefix=prefix))
+            sub.last_rev = max(sub.last_rev or 0, current)
         except BaseException:
             self._watches.pop(sub.wid, None)
             raise
@@ -176,7 +180,8 @@ class RemoteSession:
         try:
             hello = await self._request("hello", {"session": self.session, "ttl": self.ttl})
             for sub in list(self._watches.values()):
-                await self._request("watch", {"watch": sub.wid, "prefix": sub.prefix})
+                current = await self._request("watch", {"watch": sub.wid, "prefix": sub.prefix, "after": sub.last_rev})
+                sub.last_rev = max(sub.last_rev or 0, int(current))
         except BaseException:
             self._disconnect()
             raise
@@ -216,6 +221,7 @@ class RemoteSession:
         if wid is not None:
             sub = self._watches.get(wid)
             if sub is not None and sub.active:
+                sub.last_rev = max(sub.last_rev or 0, int(message.get("rev", 0)))
                 try:
                     sub.callback(Notification(EventType(message["type"]), message["key"]))
                 except Exception:

@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any
 
-from ledgerstore.api import Subscription
+from ledgerstore.api import Notification, Subscription
 from ledgerstore.errors import LedgerStoreError, SessionExpiredError
 from ledgerstore_sqlite import protocol
 from ledgerstore_sqlite.discovery import lock_path, socket_path_for, take_lock
@@ -217,16 +217,19 @@ class _Connection:
     async def op_next_id(self, m: dict[str, Any]) -> int:
         return await self.engine.next_id(str(m["name"]))
 
-    async def op_watch(self, m: dict[str, Any]) -> None:
+    async def op_watch(self, m: dict[str, Any]) -> int:
         wid = int(m["watch"])
+        after = m.get("after")
 
-        def notify(note: Any) -> None:
-            self.send({"watch": wid, "type": note.type.value, "key": note.key})
+        def notify(rev: int, note: Notification) -> None:
+            self.send({"watch": wid, "rev": rev, "type": note.type.value, "key": note.key})
 
         old = self.watches.pop(wid, None)
         if old is not None:
             old.cancel()
-        self.watches[wid] = await self.engine.watch(m["prefix"], notify)
+        sub, current = await self.engine.watch_revisions(m["prefix"], notify, None if after is None else int(after))
+        self.watches[wid] = sub
+        return current
 
     async def op_unwatch(self, m: dict[str, Any]) -> None:
         sub = self.watches.pop(int(m["watch"]), None)

@@ -140,17 +140,21 @@ def _subtree_bounds(key: str) -> tuple[str, str]:
     return base + "/", base + "0"
 
 
-class _Subscription(Subscription):
-    __slots__ = ("_store", "prefix", "callback", "from_revision", "active")
+#: a watch callback that is also told the revision of each change (the metadata server's)
+RevisionCallback = Callable[[int, Notification], None]
 
-    def __init__(
-        self, store: SqliteMetadataStore, prefix: str, callback: NotificationCallback, rev: int
-    ) -> None:
+
+class _Subscription(Subscription):
+    __slots__ = ("_store", "prefix", "callback", "from_revision", "active", "backlog")
+
+    def __init__(self, store: SqliteMetadataStore, prefix: str, callback: RevisionCallback, rev: int) -> None:
         self._store = store
         self.prefix = prefix
         self.callback = callback
         self.from_revision = rev
         self.active = True
+        #: changes the poller found while older ones are still being replayed (delivered after them)
+        self.backlog: list[tuple[int, Notification]] | None = None
 
     def matches(self, key: str) -> bool:
         p = self.prefix
@@ -367,15 +371,45 @@ class SqliteMetadataStore(MetadataStore):
         prefix = _norm_key(prefix)
         if self._remote is not None:
             return await self._remote.watch(prefix, callback)
+        sub, _ = await self.watch_revisions(prefix, lambda rev, note: callback(note))
+        return sub
+
+    async def watch_revisions(
+        self, prefix: str, callback: RevisionCallback, after: int | None = None
+    ) -> tuple[Subscription, int]:
+        """:meth:`watch` for the metadata server: ``callback`` also gets each change's revision,
+        and with ``after`` (a revision a client last saw) the changes committed since then are
+        delivered first, in order, as far as the change table still holds them. Returns the
+        subscription and the revision it is current at."""
+        prefix = _norm_key(prefix)
         rev = await self._call(f"watch {prefix}", self._sync_revision)
-        sub = _Subscription(self, prefix, callback, rev)
-        self._subs.append(sub)
         if self._poller is None or self._poller.done():
             self._last_seen = max(self._last_seen, rev)
             self._poller = asyncio.get_running_loop().create_task(
                 self._poll_loop(), name=f"sqlite-watch {self.path}"
             )
-        return sub
+        # The poller delivers what comes after _last_seen; the replay covers (after, _last_seen].
+        current = self._last_seen
+        start = rev if after is None else after
+        sub = _Subscription(self, prefix, callback, start)
+        self._subs.append(sub)
+        if start < current:  # also when the poller moved past ``rev`` while it was being read
+            sub.backlog = []
+            try:
+                rows = await self._call(f"watch {prefix}", self._sync_changes_between, start, current)
+            except BaseException:
+                sub.cancel()
+                raise
+            if rows and rows[0][0] > start + 1:
+                log.warning("sqlite metadata store %s: changes %d..%d were pruned before a watcher of %s "
+                            "came back for them; some notifications are lost", self.path, start + 1,
+                            rows[0][0] - 1, prefix)
+            backlog, sub.backlog = sub.backlog, None
+            replay = [(r, Notification(EventType(kind), key)) for r, key, kind in rows if sub.matches(key)]
+            for r, note in replay + backlog:
+                if sub.active:
+                    self._call_back(sub, r, note)
+        return sub, max(current, start)
 
     # --- sessions of the metadata server's clients (called by the server on its engine store) ---
 
@@ -615,6 +649,16 @@ class SqliteMetadataStore(MetadataStore):
             ).fetchall()
         return int(rows[0][0])
 
+    def _sync_changes_between(self, after: int, upto: int) -> list[tuple[int, str, str]]:
+        return (
+            self._db()
+            .execute(
+                "SELECT revision, key, type FROM changes WHERE revision > ? AND revision <= ? ORDER BY revision",
+                (after, upto),
+            )
+            .fetchall()
+        )
+
     def _sync_changes(self, after: int) -> list[tuple[int, str, str]]:
         return (
             self._db()
@@ -750,12 +794,16 @@ class SqliteMetadataStore(MetadataStore):
                     continue
                 if note is None:
                     note = Notification(EventType(kind), key)
-                try:
-                    sub.callback(note)
-                except Exception:
-                    log.exception(
-                        "sqlite metadata store %s: watch callback for %s failed", self.path, sub.prefix
-                    )
+                if sub.backlog is not None:
+                    sub.backlog.append((rev, note))
+                else:
+                    self._call_back(sub, rev, note)
+
+    def _call_back(self, sub: _Subscription, rev: int, note: Notification) -> None:
+        try:
+            sub.callback(rev, note)
+        except Exception:
+            log.exception("sqlite metadata store %s: watch callback for %s failed", self.path, sub.prefix)
 
 
 def engine_store(db_path: str, *, reap_interval: float, synchronous: str, busy_timeout: float) -> SqliteMetadataStore:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgerstore.api import NOT_EXISTS, SessionEvent
+from ledgerstore.api import NOT_EXISTS, EventType, Notification, SessionEvent
 from ledgerstore.cluster import LocalCluster, start_metadata_server_process, stop_process
 from ledgerstore.errors import MetadataError
 from ledgerstore_sqlite import SqliteMetadataStore
@@ -267,6 +267,53 @@ def test_a_client_that_reconnects_within_its_ttl_keeps_its_session_and_ephemeral
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_watch_misses_no_change_made_while_its_server_was_down(server: Server) -> None:
+    """Changes committed while the client was cut off from the server (here: by a process that
+    opened the file itself meanwhile) are delivered after the reconnect, in commit order."""
+
+    async def main() -> None:
+        watcher = SqliteMetadataStore(f"sqlite://{server.db}", session_ttl=15, server="require")
+        await watcher.start()
+        seen: list[Notification] = []
+        events: list[SessionEvent] = []
+        watcher.add_session_listener(events.append)
+        try:
+            await watcher.watch("/w", seen.append)
+            await watcher.put("/w/first", b"1")
+            await wait_for(lambda: len(seen) == 1)
+            server.kill()
+            offline = SqliteMetadataStore(f"sqlite://{server.db}", server="never")
+            await offline.start()
+            await offline.put("/w/a", b"x")
+            await offline.put("/w/b", b"y")
+            await offline.delete("/w/a")
+            await offline.put("/elsewhere", b"z")
+            await offline.close()
+            server.start()
+            await wait_for(lambda: len(seen) == 4, timeout=15)
+            assert seen == [
+                Notification(EventType.CREATED, "/w/first"),
+                Notification(EventType.CREATED, "/w/a"),
+                Notification(EventType.CREATED, "/w/b"),
+                Notification(EventType.DELETED, "/w/a"),
+            ]
+            await watcher.put("/w/after", b"2")
+            await wait_for(lambda: len(seen) == 5)
+            assert seen[-1] == Notification(EventType.CREATED, "/w/after")
+            assert events == []
+        finally:
+            await watcher.close()
+
+    asyncio.run(main())
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
 
 
 def _frame(payload: bytes, version: int = VERSION) -> bytes:
