@@ -7,6 +7,13 @@ and headers are written and fsynced, so a durable index never points at data tha
 GC deletes logs that hold no live ledger; compaction copies the live entries of sparse logs
 forward. ``docs/storage-entrylog.md`` describes the files and the crash-safety argument.
 
+The engine is in parts: this module opens, closes and adds; the entry logs themselves are
+:mod:`~ledgerstore_entrylog.entrylog`, the index pages and their cache
+:mod:`~ledgerstore_entrylog.ledger_cache`, reads :mod:`~ledgerstore_entrylog.reads`, the checkpoint
+and write-back :mod:`~ledgerstore_entrylog.writeback`, GC and compaction
+:mod:`~ledgerstore_entrylog.compactor`. The parts are mixins over one state and one lock, so the
+locking below holds across them unchanged.
+
 Locking: ``_lock`` guards every piece of mutable state and is held only for short steps (one add,
 one read, one batch of a flush or compaction). ``_flush_mutex`` serialises the long multi-step
 operations (flush, gc, compaction, close) with each other; only they close or delete entry log
@@ -25,7 +32,6 @@ import dataclasses
 import logging
 import os
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,23 +44,22 @@ from ledgerstore.errors import (
     BookieIOError,
     ConfigError,
     InvalidArgumentError,
-    LedgerStoreError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
-from ledgerstore_entrylog.entrylog import WINDOW_TAIL, EntryLog, LogScanner, ScannedRecord
+from ledgerstore_entrylog.compactor import Compaction
+from ledgerstore_entrylog.entrylog import EntryLog, LogScanner
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
     LOG_HEADER_SIZE,
+    MAX_ID,
     MAX_MASTER_KEY,
+    OFFSET_MASK,
     RECORD_HEADER_SIZE,
     RECORD_IDS,
     RECORD_LEN_CRC,
     decode_ledger_map,
-    encode_index_header,
     encode_ledger_map,
-    index_path,
     parse_log_file_name,
 )
 from ledgerstore_entrylog.index import (
@@ -62,9 +67,11 @@ from ledgerstore_entrylog.index import (
     fsync_file,
     read_header,
     read_last_pages,
-    read_page,
-    write_index,
+    remove_file,
 )
+from ledgerstore_entrylog.ledger_cache import CachedLedger, IndexPage, LedgerCache
+from ledgerstore_entrylog.reads import Reads
+from ledgerstore_entrylog.writeback import WriteBack
 
 __all__ = ["EntryLogStorage"]
 
@@ -81,71 +88,9 @@ _DEFAULTS: dict[str, Any] = {
     "flush_interval": 0.0,
     "flush_entrylog_bytes": 4 * _MiB,
 }
-_MAX_ID = (1 << 63) - 1
-_OFFSET_MASK = 0xFFFFFFFF
-# Compaction copies records in batches of about this many bytes per hold of the lock.
-_COMPACT_BATCH_BYTES = 1 * _MiB
-_FLUSH_LEDGER_CHUNK = 64
-_INDEX_UPDATE_CHUNK = 2048
-# get_entries releases the lock after reading about this many bytes.
-_READ_BATCH_BYTES = 1 * _MiB
-# get_entries reads records of one log with one pread while each starts at most _WINDOW_GAP
-# bytes after the one before it and at most _WINDOW_BYTES after the first.
-_WINDOW_BYTES = 1 * _MiB
-_WINDOW_GAP = 64 * 1024
-# Ids get_entries looks up per step: the first step's, then at most this many.
-_FIRST_BLOCK = 256
-_MAX_BLOCK = 2048
 
 
-class _Page:
-    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``."""
-
-    __slots__ = ("ledger_id", "page_no", "slots", "dirty")
-
-    def __init__(self, ledger_id: int, page_no: int, slots: array) -> None:
-        self.ledger_id = ledger_id
-        self.page_no = page_no
-        self.slots = slots
-        self.dirty = False
-
-
-class _Ledger:
-    """In-memory state of one ledger."""
-
-    __slots__ = (
-        "ledger_id",
-        "dir_idx",
-        "path",
-        "master_key",
-        "fenced",
-        "last",
-        "pages",
-        "cur_no",
-        "cur_page",
-        "header_dirty",
-        "file_exists",
-        "file_pages",
-    )
-
-    def __init__(self, ledger_id: int, dir_idx: int, path: Path) -> None:
-        self.ledger_id = ledger_id
-        self.dir_idx = dir_idx
-        self.path = path
-        self.master_key: bytes | None = None
-        self.fenced = False
-        self.last = -1
-        #: cached pages of this ledger, by page number (the same objects as in the LRU)
-        self.pages: dict[int, _Page] = {}
-        # The page the add path wrote last: sequential adds reuse it without an LRU lookup.
-        self.cur_no = -1
-        self.cur_page: _Page | None = None
-        self.header_dirty = True
-        self.file_exists = False
-        self.file_pages = 0
-
-
-class EntryLogStorage(StorageEngine):
+class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
     """Interleaved entry logs + per-ledger index files + a bounded ledger cache.
 
     Options (all optional): ``write_buffer_size`` (bytes buffered per active log before a write,
@@ -215,11 +160,11 @@ class EntryLogStorage(StorageEngine):
         self._lock = threading.Lock()
         self._flush_mutex = threading.Lock()
         self._currents = [d / "current" for d in self.ledger_dirs]
-        self._ledgers: dict[int, _Ledger] = {}
+        self._ledgers: dict[int, CachedLedger] = {}
         self._logs: dict[int, EntryLog] = {}
         self._active: list[EntryLog | None] = [None] * len(self._currents)
         self._next_log_id = 0
-        self._lru: OrderedDict[tuple[int, int], _Page] = OrderedDict()
+        self._lru: OrderedDict[tuple[int, int], IndexPage] = OrderedDict()
         self._dirty_ledgers: set[int] = set()
         self._unsynced_index: set[Path] = set()
         self._dirs_to_sync: set[Path] = set()
@@ -291,7 +236,7 @@ class EntryLogStorage(StorageEngine):
                 self._load_ledger_map(lg)
             for name in names:
                 if name.endswith(".lmap") and parse_log_file_name(name[: -len(".lmap")] + ".log") not in self._logs:
-                    _unlink(current / name)  # left by a crash while its log was being deleted
+                    remove_file(current / name)  # left by a crash while its log was being deleted
                 elif name.endswith(".compacting"):
                     log_id = parse_log_file_name(name[: -len(".compacting")] + ".log")
                     if log_id is not None and log_id in self._logs:
@@ -299,7 +244,7 @@ class EntryLogStorage(StorageEngine):
                         # copies. Compacting the log again settles it either way.
                         self._logs[log_id].must_compact = True
                     else:
-                        _unlink(current / name)
+                        remove_file(current / name)
         self._next_log_id = max(self._logs, default=-1) + 1
 
     def _load_ledger_map(self, lg: EntryLog) -> None:
@@ -354,7 +299,7 @@ class EntryLogStorage(StorageEngine):
         other = self._ledgers.get(header.ledger_id)
         if other is not None:
             raise BookieIOError(f"ledger {header.ledger_id} has two index files: {other.path} and {path}")
-        led = _Ledger(header.ledger_id, dir_idx, path)
+        led = CachedLedger(header.ledger_id, dir_idx, path)
         led.master_key = header.master_key
         led.fenced = header.fenced
         led.header_dirty = False
@@ -373,7 +318,7 @@ class EntryLogStorage(StorageEngine):
                 if v:
                     v -= 1
                     lg = self._logs.get(v >> 32)
-                    if lg is not None and (v & _OFFSET_MASK) + RECORD_HEADER_SIZE <= lg.written:
+                    if lg is not None and (v & OFFSET_MASK) + RECORD_HEADER_SIZE <= lg.written:
                         return page_no * self._spp + i
         return -1
 
@@ -419,82 +364,7 @@ class EntryLogStorage(StorageEngine):
                 + ("closed" if self._closed else "not open; call open() first")
             )
 
-    def _flush_loop(self) -> None:
-        while not self._stop.wait(self._flush_interval):
-            try:
-                self.flush()
-            except BookieIOError:
-                if self._closed:
-                    return
-                log.exception("background flush of the entrylog storage failed; stopping background flushes")
-                return
-
-    def _note_written(self, lg: EntryLog) -> None:
-        """Queue ``lg`` for a background sync once enough of it has been written. Lock held."""
-        if not self._sync_bytes or lg.written - lg.synced_to < self._sync_bytes:
-            return
-        if lg.log_id not in self._sync_queue:
-            self._sync_queue[lg.log_id] = lg
-            self._sync_wake.set()
-
-    def _sync_loop(self) -> None:
-        """Write-back thread: fdatasync the logs :meth:`_note_written` queued."""
-        while True:
-            self._sync_wake.wait()
-            self._sync_wake.clear()
-            if self._stop.is_set():
-                return
-            jobs: list[tuple[EntryLog, int, int]] = []
-            try:
-                with self._lock:
-                    queued, self._sync_queue = self._sync_queue, {}
-                    for lg in queued.values():
-                        # GC and compaction take a log out of _logs under this lock before they
-                        # close and delete it, and close() closes logs under it: a log still in
-                        # _logs here is open and its file exists until the lock is released. A
-                        # descriptor of our own cannot be closed or reused under the sync, and
-                        # an error the sync meets is still reported to the checkpoint's fsync
-                        # through the log's descriptor (errors are tracked per open file).
-                        if self._closed or self._logs.get(lg.log_id) is not lg or lg.fd < 0:
-                            continue
-                        try:
-                            fd = os.open(lg.path, os.O_RDONLY | os.O_CLOEXEC)
-                        except OSError as exc:
-                            # Nothing is lost: the checkpoint still syncs the log.
-                            log.warning("write-back skips entry log %s: %s", lg.path, exc)
-                            continue
-                        jobs.append((lg, fd, lg.written - lg.synced_to))
-                        lg.synced_to = lg.written
-                for lg, fd, nbytes in jobs:
-                    try:
-                        os.fdatasync(fd)
-                    except OSError as exc:
-                        if self._closed:
-                            return
-                        # What reached the disk is unknown: refuse checkpoints as a failed flush does.
-                        msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
-                        self._flush_failure = self._flush_failure or msg
-                        log.error("%s; write-back stopped and the next flush() will fail", msg)
-                        return
-                    with self._lock:
-                        self._background_syncs += 1
-                        self._background_sync_bytes += nbytes
-            finally:
-                for _, fd, _ in jobs:
-                    os.close(fd)
-
     # --- ledger state ----------------------------------------------------------------------------
-
-    def _get_or_create(self, ledger_id: int) -> _Ledger:
-        led = self._ledgers.get(ledger_id)
-        if led is None:
-            if not 0 <= ledger_id <= _MAX_ID:
-                raise InvalidArgumentError(f"ledger id {ledger_id} is outside 0..2**63-1")
-            dir_idx = ledger_id % len(self._currents)
-            led = _Ledger(ledger_id, dir_idx, index_path(self._currents[dir_idx], ledger_id))
-            self._ledgers[ledger_id] = led
-            self._dirty_ledgers.add(ledger_id)
-        return led
 
     def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
         """Record the master key; the same key again is a no-op, another key is refused with
@@ -577,17 +447,17 @@ class EntryLogStorage(StorageEngine):
             self._dirty_ledgers.discard(ledger_id)
             self._unsynced_index.discard(led.path)
             if led.file_exists:
-                _unlink(led.path)
+                remove_file(led.path)
                 # GC fsyncs this directory before deleting any log, so a deleted ledger can
                 # never come back after a crash pointing at a log that is gone.
                 self._dirs_to_sync.add(led.path.parent)
 
-    # --- add / read ------------------------------------------------------------------------------
+    # --- adds ----------------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         """Append the entry to the active log's buffer and point the ledger's index slot at it.
         Re-adding an entry stores a new copy and moves the slot to it."""
-        if not 0 <= entry_id <= _MAX_ID or not 0 <= ledger_id <= _MAX_ID:
+        if not 0 <= entry_id <= MAX_ID or not 0 <= ledger_id <= MAX_ID:
             raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
         ids = RECORD_IDS.pack(ledger_id, entry_id)
         crc = crc32c(data, crc32c(ids))
@@ -636,7 +506,7 @@ class EntryLogStorage(StorageEngine):
             self._note_written(old)
             self._write_ledger_map(old)
         log_id = self._next_log_id
-        if log_id > _OFFSET_MASK:
+        if log_id > OFFSET_MASK:
             raise BookieIOError("entry log ids are exhausted (2**32 logs); the ledger directories need a reset")
         lg = EntryLog.create(log_id, dir_idx, self._currents[dir_idx])
         self._next_log_id = log_id + 1
@@ -658,84 +528,6 @@ class EntryLogStorage(StorageEngine):
         self._maps_to_sync.add(path)
         self._dirs_to_sync.add(path.parent)
 
-    def _set_slot(self, led: _Ledger, entry_id: int, value: int) -> None:
-        page_no, slot = divmod(entry_id, self._spp)
-        if led.cur_no == page_no:
-            page = led.cur_page
-            assert page is not None
-        else:
-            page = self._page(led, page_no)
-            led.cur_no, led.cur_page = page_no, page
-        page.slots[slot] = value
-        if not page.dirty:
-            page.dirty = True
-            self._dirty_ledgers.add(led.ledger_id)
-
-    def _slot(self, led: _Ledger, entry_id: int) -> int:
-        page_no, slot = divmod(entry_id, self._spp)
-        page = led.cur_page if led.cur_no == page_no else self._page(led, page_no)
-        assert page is not None
-        return page.slots[slot]
-
-    def _page(self, led: _Ledger, page_no: int) -> _Page:
-        """The cached page, loading it (and evicting the least recently used) if needed. Lock held."""
-        page = led.pages.get(page_no)
-        if page is not None:
-            self._lru.move_to_end((led.ledger_id, page_no))
-            return page
-        while len(self._lru) >= self._max_pages:
-            self._evict_one()
-        if led.file_exists and page_no < led.file_pages:
-            slots = read_page(led.path, page_no, self._page_size)
-        else:
-            slots = array("Q", self._zero_page)
-        page = _Page(led.ledger_id, page_no, slots)
-        led.pages[page_no] = page
-        self._lru[(led.ledger_id, page_no)] = page
-        return page
-
-    def _evict_one(self) -> None:
-        (ledger_id, page_no), page = self._lru.popitem(last=False)
-        led = self._ledgers[ledger_id]
-        del led.pages[page_no]
-        if led.cur_no == page_no:
-            led.cur_no, led.cur_page = -1, None
-        if page.dirty:
-            # The page may point into the log's write buffer: hand that to the OS first, so an
-            # index on disk never points past its log's data if only the process dies.
-            active = self._active[led.dir_idx]
-            if active is not None:
-                active.write_out()
-                self._note_written(active)
-            self._write_ledger_pages(led, [(page_no, page.slots)], keep_open=False)
-            page.dirty = False
-            self._dirty_evictions += 1
-
-    def _write_ledger_pages(self, led: _Ledger, pages: list[tuple[int, array]], keep_open: bool) -> int:
-        """Write pages (and the header when new or changed) to the index file. Lock held."""
-        header = None
-        if not led.file_exists or led.header_dirty:
-            header = encode_index_header(led.ledger_id, self._page_size, led.fenced, led.master_key)
-        if not led.file_exists:
-            subdir = led.path.parent
-            try:
-                subdir.mkdir()
-                self._dirs_to_sync.add(subdir.parent)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise BookieIOError(f"cannot create index directory {subdir}: {exc}") from exc
-            self._dirs_to_sync.add(subdir)
-        fd = write_index(led.path, header, pages, self._page_size, keep_open)
-        led.file_exists = True
-        led.header_dirty = False
-        for page_no, _ in pages:
-            if page_no >= led.file_pages:
-                led.file_pages = page_no + 1
-        if not keep_open:
-            self._unsynced_index.add(led.path)
-        return fd
-
     def add_entries(self, ledger_id: int, entries: Sequence[tuple[int, bytes]]) -> None:
         """Append the entries to the active log's buffer and point their index slots at them,
         holding the lock once for the whole batch. Records, rolls, buffer writes and index slots
@@ -743,14 +535,14 @@ class EntryLogStorage(StorageEngine):
         before anything is stored, so an out-of-range id stores nothing of the batch."""
         if not entries:
             return
-        if not 0 <= ledger_id <= _MAX_ID:
+        if not 0 <= ledger_id <= MAX_ID:
             raise InvalidArgumentError(f"entry ({ledger_id}, {entries[0][0]}) is outside 0..2**63-1")
         pack_ids = RECORD_IDS.pack
         pack_head = RECORD_LEN_CRC.pack
         # Checksums and record headers are computed before taking the lock, as add_entry does.
         records: list[tuple[int, bytes, Any, int]] = []
         for entry_id, data in entries:
-            if not 0 <= entry_id <= _MAX_ID:
+            if not 0 <= entry_id <= MAX_ID:
                 raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
             ids = pack_ids(ledger_id, entry_id)
             n = len(data)
@@ -787,7 +579,7 @@ class EntryLogStorage(StorageEngine):
                     if size + rec > limit and size > LOG_HEADER_SIZE:
                         # The finished log's ledger map is written by _roll: count its bytes first.
                         if size > segment:
-                            _account(lg, ledger_id, size - segment)
+                            lg.account(ledger_id, size - segment)
                             segment = size  # nothing more to count if _roll fails
                         lg = self._roll(dir_idx)
                         base = lg.log_id << 32
@@ -816,387 +608,9 @@ class EntryLogStorage(StorageEngine):
                     stored += 1
             finally:
                 if size > segment:
-                    _account(lg, ledger_id, size - segment)
+                    lg.account(ledger_id, size - segment)
                 led.last = last
                 self._entries_written += stored
-
-    def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """The entry's data, verified against its record's CRC32C and ids."""
-        with self._lock:
-            self._check_open()
-            led = self._ledgers.get(ledger_id)
-            if led is None:
-                raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
-            return self._read_locked(led, entry_id)
-
-    def get_entries(self, ledger_id: int, entry_ids: Sequence[int]) -> list[bytes | BaseException]:
-        """The data of each entry, or the error :meth:`get_entry` would raise for it, in the order
-        of ``entry_ids``. Under the lock the ids of a block are looked up in the index, then their
-        records are read in log and offset order with one ``pread`` per window of nearby records
-        (:meth:`EntryLog.read_window`). The lock is released after about every MiB read so adds
-        are not held up behind a large batch of reads; ids not read by then are looked up again
-        under the next hold, as compaction may have moved their records meanwhile."""
-        count = len(entry_ids)
-        results: list[Any] = [None] * count
-        i = 0  # entry_ids[i:] are not looked up yet
-        carry: list[int] = []  # positions looked up under an earlier hold but not read
-        seen_bytes = seen_entries = 0
-        while i < count or carry:
-            with self._lock:
-                try:
-                    self._check_open()
-                    led = self._ledgers.get(ledger_id)
-                    if led is None:
-                        raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
-                except LedgerStoreError as exc:
-                    failure = exc
-                else:
-                    budget = _READ_BATCH_BYTES
-                    while budget > 0 and (i < count or carry):
-                        block: Sequence[int]
-                        if carry:
-                            block, carry = carry, []
-                        else:
-                            # As many ids as the rest of the budget is likely to cover, so few
-                            # have to be looked up again after the lock is released.
-                            avg = seen_bytes // seen_entries + RECORD_HEADER_SIZE if seen_entries else 0
-                            want = budget // avg + 1 if avg else _FIRST_BLOCK
-                            end = min(count, i + max(1, min(want, _MAX_BLOCK)))
-                            block = range(i, end)
-                            i = end
-                        got, done, carry = self._read_block_locked(led, entry_ids, block, results, budget)
-                        budget -= got
-                        seen_bytes += got
-                        seen_entries += done
-                    continue
-            # Every remaining id fails the same way; each gets its own instance, as separate
-            # get_entry calls would.
-            rest = sorted(carry) + list(range(i, count))
-            results[rest[0]] = failure
-            for pos in rest[1:]:
-                results[pos] = type(failure)(str(failure))
-            break
-        return results
-
-    def _read_block_locked(
-        self, led: _Ledger, entry_ids: Sequence[int], block: Sequence[int], results: list[Any], budget: int
-    ) -> tuple[int, int, list[int]]:
-        """Look up and read the entries at positions ``block`` of ``entry_ids`` into ``results``;
-        stops before a window once ``budget`` bytes were read. Returns the bytes read, the number
-        of entries read and the positions left unread. Lock held."""
-        ledger_id = led.ledger_id
-        last = led.last
-        spp = self._spp
-        page_of = self._page
-        cur_no = -1
-        slots: Any = None
-        # (location, entry id, position): sorting groups them by log and orders them by offset
-        locs: list[tuple[int, int, int]] = []
-        for pos in block:
-            entry_id = entry_ids[pos]
-            if entry_id < 0 or entry_id > last:
-                results[pos] = NoSuchEntryError(
-                    f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {last})"
-                )
-                continue
-            page_no, slot = divmod(entry_id, spp)
-            if page_no != cur_no:
-                try:
-                    # An evicted page keeps its slots: they stay right while the lock is held.
-                    slots = page_of(led, page_no).slots
-                except (LedgerStoreError, OSError) as exc:
-                    results[pos] = exc
-                    continue
-                cur_no = page_no
-            v = slots[slot]
-            if not v:
-                results[pos] = NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
-                continue
-            locs.append((v - 1, entry_id, pos))
-        locs.sort()
-        logs = self._logs
-        got = done = 0
-        k, n = 0, len(locs)
-        while k < n:
-            if got >= budget:
-                return got, done, sorted(pos for _, _, pos in locs[k:])
-            loc, entry_id, pos = locs[k]
-            log_id = loc >> 32
-            offset = loc & _OFFSET_MASK
-            lg = logs.get(log_id)
-            written = lg.written if lg is not None else 0
-            # The window: following records of the same log, each within _WINDOW_GAP of the one
-            # before it and starting within _WINDOW_BYTES of the first. Decided only now, after
-            # every page load above (an eviction can move the write buffer to the file).
-            j = k + 1
-            if lg is not None and offset < written:
-                # Locations of one log compare like offsets; the limit also stops at the log's
-                # end and at the next log.
-                limit = ((log_id << 32) | min(written, offset + _WINDOW_BYTES)) - 1
-                prev = loc
-                while j < n:
-                    nxt = locs[j][0]
-                    if nxt > limit or nxt - prev > _WINDOW_GAP:
-                        break
-                    prev = nxt
-                    j += 1
-            if j - k > 1:
-                length = min((prev & _OFFSET_MASK) + WINDOW_TAIL, written) - offset
-                got += lg.read_window(offset, length, ledger_id, locs[k:j], results)  # type: ignore[union-attr]
-                done += j - k
-            elif lg is None:
-                results[pos] = BookieIOError(
-                    f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "
-                    f"{log_id:08x}, which does not exist"
-                )
-            else:
-                # A lone record, or one still in the write buffer: read_record costs no more.
-                try:
-                    data = lg.read_record(offset, ledger_id, entry_id)
-                except (LedgerStoreError, OSError) as exc:
-                    results[pos] = exc
-                else:
-                    results[pos] = data
-                    got += len(data)
-                    done += 1
-            k = j
-        return got, done, []
-
-    def _read_locked(self, led: _Ledger, entry_id: int) -> bytes:
-        """The verified data of one entry of ``led``. Lock held."""
-        ledger_id = led.ledger_id
-        if entry_id < 0 or entry_id > led.last:
-            raise NoSuchEntryError(
-                f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {led.last})"
-            )
-        v = self._slot(led, entry_id)
-        if not v:
-            raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
-        v -= 1
-        lg = self._logs.get(v >> 32)
-        if lg is None:
-            raise BookieIOError(
-                f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "
-                f"{v >> 32:08x}, which does not exist"
-            )
-        return lg.read_record(v & _OFFSET_MASK, ledger_id, entry_id)
-
-    # --- checkpoint ------------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
-        and header. When it returns, everything added before the call is durable."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
-            if self._flush_failure:
-                raise BookieIOError(
-                    f"an earlier flush failed ({self._flush_failure}); what is durable is unknown: "
-                    "restart the bookie so the journal is replayed"
-                )
-            try:
-                self._flush_locked()
-            except BookieIOError as exc:
-                self._flush_failure = str(exc)
-                raise
-
-    def _flush_locked(self) -> None:
-        """The checkpoint itself; the caller holds ``_flush_mutex``."""
-        # 1. Entry logs: every record added so far reaches the disk before any index does.
-        with self._lock:
-            for lg in self._active:
-                if lg is not None:
-                    lg.write_out()
-            logs = [(lg, lg.written) for lg in self._logs.values() if lg.unsynced]
-            for lg, written in logs:
-                lg.synced_to = max(lg.synced_to, written)
-            todo = sorted(self._dirty_ledgers)
-            self._dirty_ledgers = set()
-            maps, self._maps_to_sync = self._maps_to_sync, set()
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
-        for lg, _ in logs:
-            lg.fsync()
-        for p in maps:
-            fsync_file(p)
-        for d in dirs:
-            fsync_dir(d)
-        with self._lock:
-            for lg, written in logs:
-                if lg.written == written:
-                    lg.unsynced = False
-        # 2. Index pages and headers, a chunk of ledgers per hold of the lock; the fsyncs run
-        # without it so adds and reads go on meanwhile.
-        for start in range(0, len(todo), _FLUSH_LEDGER_CHUNK):
-            opened: list[tuple[int, Path]] = []
-            try:
-                with self._lock:
-                    # Pages may have gained slots since step 1: keep their records ahead of them.
-                    for lg in self._active:
-                        if lg is not None:
-                            lg.write_out()
-                    for ledger_id in todo[start : start + _FLUSH_LEDGER_CHUNK]:
-                        led = self._ledgers.get(ledger_id)
-                        if led is None:
-                            continue
-                        dirty = [pg for pg in led.pages.values() if pg.dirty]
-                        if not dirty and led.file_exists and not led.header_dirty:
-                            continue
-                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in dirty], keep_open=True)
-                        opened.append((fd, led.path))
-                        for pg in dirty:
-                            pg.dirty = False
-                for fd, path in opened:
-                    try:
-                        os.fsync(fd)
-                    except OSError as exc:
-                        raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
-            finally:
-                for fd, _ in opened:
-                    os.close(fd)
-        # 3. Index files written by cache evictions, and directories of created/deleted files.
-        with self._lock:
-            paths, self._unsynced_index = self._unsynced_index, set()
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
-        for p in paths:
-            fsync_file(p)
-        for d in dirs:
-            fsync_dir(d)
-
-    # --- GC and compaction ----------------------------------------------------------------------
-
-    def gc(self) -> StorageStats:
-        """Delete entry logs that hold no live ledger, then run a minor compaction (logs whose
-        live fraction is below ``minor_compaction_threshold``)."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
-                self._gc_runs += 1
-            self._delete_dead_logs()
-            self._compact_locked(self.minor_compaction_threshold)
-        return self.stats()
-
-    def compact(self, threshold: float) -> StorageStats:
-        """Compact every finished log whose live fraction is below ``threshold`` (the bookie
-        passes the minor or the major threshold); logs with no live data are deleted."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
-            self._compact_locked(threshold)
-        return self.stats()
-
-    def _delete_dead_logs(self) -> None:
-        with self._lock:
-            ledgers = self._ledgers
-            dead = [
-                lg
-                for lg in self._logs.values()
-                if lg.buf is None and not lg.pinned and not any(lid in ledgers for lid in lg.ledgers)
-            ]
-            for lg in dead:
-                del self._logs[lg.log_id]
-            # Index deletions must be durable before the logs they pointed into disappear.
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
-        for d in dirs:
-            fsync_dir(d)
-        for lg in dead:
-            self._remove_log(lg)
-
-    def _remove_log(self, lg: EntryLog) -> None:
-        """Close and delete a log no index points into any more. ``_flush_mutex`` held."""
-        size = lg.written
-        lg.close()
-        # Map first, intent last: a crash in between leaves a log without a map (rescanned at
-        # open) or an intent that makes the next compaction finish the job.
-        _unlink(lg.path.with_suffix(".lmap"))
-        _unlink(lg.path)
-        _unlink(lg.path.with_suffix(".compacting"))
-        fsync_dir(lg.path.parent)
-        with self._lock:
-            self._maps_to_sync.discard(lg.path.with_suffix(".lmap"))
-            self._bytes_reclaimed += size
-
-    def _compact_locked(self, threshold: float) -> None:
-        with self._lock:
-            candidates: list[tuple[float, EntryLog]] = []
-            for lg in self._logs.values():
-                if lg.buf is not None or lg.pinned:
-                    continue
-                if lg.must_compact:
-                    candidates.append((-1.0, lg))
-                    continue
-                if threshold <= 0 or lg.total <= 0:
-                    continue
-                live = sum(n for lid, n in lg.ledgers.items() if lid in self._ledgers)
-                fraction = live / lg.total
-                if fraction < threshold:
-                    candidates.append((fraction, lg))
-        candidates.sort(key=lambda c: c[0])
-        for _, lg in candidates:
-            self._compact_log(lg)
-
-    def _compact_log(self, lg: EntryLog) -> None:
-        """Copy the live entries of ``lg`` into the active log, make the copies durable, point the
-        index at them, make the index durable, and only then delete ``lg``."""
-        intent = lg.path.with_suffix(".compacting")
-        if not lg.must_compact:
-            # Marks the log for re-compaction at the next open should a crash interrupt us
-            # after some index slots already point at the copies.
-            try:
-                with open(intent, "wb") as f:
-                    os.fsync(f.fileno())
-            except OSError as exc:
-                raise BookieIOError(f"cannot create compaction intent {intent}: {exc}") from exc
-            fsync_dir(intent.parent)
-        moved: list[tuple[int, int, int, int]] = []
-        scanner = LogScanner(lg.fd, lg.written, lg.path)
-        batch: list[ScannedRecord] = []
-        batch_bytes = 0
-        for rec in scanner:
-            batch.append(rec)
-            batch_bytes += rec.record_size
-            if batch_bytes >= _COMPACT_BATCH_BYTES:
-                self._copy_live(lg, batch, moved)
-                batch, batch_bytes = [], 0
-        if batch:
-            self._copy_live(lg, batch, moved)
-        if not scanner.clean:
-            # Copies made so far are unreferenced garbage; the log stays.
-            with self._lock:
-                lg.pinned = True
-            _unlink(intent)
-            log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
-            return
-        self._flush_locked()  # the copies are durable ...
-        for start in range(0, len(moved), _INDEX_UPDATE_CHUNK):
-            with self._lock:
-                for ledger_id, entry_id, old, new in moved[start : start + _INDEX_UPDATE_CHUNK]:
-                    led = self._ledgers.get(ledger_id)
-                    # Skip entries deleted or re-added since they were copied.
-                    if led is not None and self._slot(led, entry_id) == old:
-                        self._set_slot(led, entry_id, new)
-        self._flush_locked()  # ... before the index points at them, and that before the delete.
-        with self._lock:
-            self._logs.pop(lg.log_id, None)
-            self._compactions += 1
-        self._remove_log(lg)
-
-    def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
-        """Append the records of ``batch`` that the index still points at to the active logs."""
-        base = lg.log_id << 32
-        copied = 0
-        with self._lock:
-            for rec in batch:
-                led = self._ledgers.get(rec.ledger_id)
-                if led is None:
-                    continue
-                old = (base | rec.offset) + 1
-                if self._slot(led, rec.entry_id) != old:
-                    continue
-                ids = RECORD_IDS.pack(rec.ledger_id, rec.entry_id)
-                new = self._append(led.dir_idx, rec.ledger_id, ids, rec.data, rec.crc) + 1
-                moved.append((rec.ledger_id, rec.entry_id, old, new))
-                copied += rec.record_size
-            self._bytes_compacted += copied
 
     # --- statistics ------------------------------------------------------------------------------
 
@@ -1233,13 +647,6 @@ class EntryLogStorage(StorageEngine):
             )
 
 
-def _account(lg: EntryLog, ledger_id: int, nbytes: int) -> None:
-    """Count ``nbytes`` of records of ``ledger_id`` in the log's ledger map. Lock held."""
-    m = lg.ledgers
-    m[ledger_id] = m.get(ledger_id, 0) + nbytes
-    lg.total += nbytes
-
-
 def _positive_int(opts: dict[str, Any], key: str) -> int:
     value = opts[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -1253,11 +660,3 @@ def _non_negative_int(opts: dict[str, Any], key: str) -> int:
         raise ConfigError(f"entrylog storage: option {key}={value!r} must be a non-negative integer (0: off)")
     return value
 
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise BookieIOError(f"cannot delete {path}: {exc}") from exc

@@ -137,6 +137,12 @@ class EntryLog:
         self.buf = bytearray()
         self.unsynced = True
 
+    def account(self, ledger_id: int, nbytes: int) -> None:
+        """Count ``nbytes`` of records of ``ledger_id`` in the log's ledger map. Engine lock held."""
+        m = self.ledgers
+        m[ledger_id] = m.get(ledger_id, 0) + nbytes
+        self.total += nbytes
+
     def finish(self) -> None:
         """Stop being active: write the buffer out and drop it."""
         self.write_out()

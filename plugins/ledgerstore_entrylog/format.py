@@ -39,6 +39,11 @@ __all__ = [
 
 # --- entry log ---------------------------------------------------------------------------------
 
+#: ledger and entry ids are 0..2**63-1 (BookKeeper's signed longs)
+MAX_ID = (1 << 63) - 1
+#: an index slot holds location + 1, location = log id << 32 | offset in that log
+OFFSET_MASK = 0xFFFFFFFF
+
 LOG_MAGIC = b"LSEL"
 LOG_VERSION = 1
 # magic, version, reserved, log id, crc32c of the 12 bytes before it

@@ -114,3 +114,13 @@ def fsync_dir(path: Path) -> None:
         raise BookieIOError(f"fsync of directory {path} failed: {exc}") from exc
     finally:
         os.close(fd)
+
+
+def remove_file(path: Path) -> None:
+    """Delete ``path``; already gone is fine, any other failure is a BookieIOError."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BookieIOError(f"cannot delete {path}: {exc}") from exc

@@ -1,0 +1,161 @@
+"""Garbage collection and compaction of the entrylog engine (BookKeeper's
+``GarbageCollectorThread`` on the storage side): delete entry logs that hold no live ledger, and
+copy the live entries of sparse logs forward (copies durable, then the index, then the delete).
+
+A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ledgerstore.api import StorageStats
+from ledgerstore.errors import BookieIOError
+from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
+from ledgerstore_entrylog.format import RECORD_IDS
+from ledgerstore_entrylog.index import fsync_dir, remove_file
+
+log = logging.getLogger(__name__)
+
+# Compaction copies records in batches of about this many bytes per hold of the lock.
+_COMPACT_BATCH_BYTES = 1024 * 1024
+_INDEX_UPDATE_CHUNK = 2048
+
+
+class Compaction:
+    """``gc`` and ``compact``."""
+
+    def gc(self) -> StorageStats:
+        """Delete entry logs that hold no live ledger, then run a minor compaction (logs whose
+        live fraction is below ``minor_compaction_threshold``)."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+                self._gc_runs += 1
+            self._delete_dead_logs()
+            self._compact_locked(self.minor_compaction_threshold)
+        return self.stats()
+
+    def compact(self, threshold: float) -> StorageStats:
+        """Compact every finished log whose live fraction is below ``threshold`` (the bookie
+        passes the minor or the major threshold); logs with no live data are deleted."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+            self._compact_locked(threshold)
+        return self.stats()
+
+    def _delete_dead_logs(self) -> None:
+        with self._lock:
+            ledgers = self._ledgers
+            dead = [
+                lg
+                for lg in self._logs.values()
+                if lg.buf is None and not lg.pinned and not any(lid in ledgers for lid in lg.ledgers)
+            ]
+            for lg in dead:
+                del self._logs[lg.log_id]
+            # Index deletions must be durable before the logs they pointed into disappear.
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for d in dirs:
+            fsync_dir(d)
+        for lg in dead:
+            self._remove_log(lg)
+
+    def _remove_log(self, lg: EntryLog) -> None:
+        """Close and delete a log no index points into any more. ``_flush_mutex`` held."""
+        size = lg.written
+        lg.close()
+        # Map first, intent last: a crash in between leaves a log without a map (rescanned at
+        # open) or an intent that makes the next compaction finish the job.
+        remove_file(lg.path.with_suffix(".lmap"))
+        remove_file(lg.path)
+        remove_file(lg.path.with_suffix(".compacting"))
+        fsync_dir(lg.path.parent)
+        with self._lock:
+            self._maps_to_sync.discard(lg.path.with_suffix(".lmap"))
+            self._bytes_reclaimed += size
+
+    def _compact_locked(self, threshold: float) -> None:
+        with self._lock:
+            candidates: list[tuple[float, EntryLog]] = []
+            for lg in self._logs.values():
+                if lg.buf is not None or lg.pinned:
+                    continue
+                if lg.must_compact:
+                    candidates.append((-1.0, lg))
+                    continue
+                if threshold <= 0 or lg.total <= 0:
+                    continue
+                live = sum(n for lid, n in lg.ledgers.items() if lid in self._ledgers)
+                fraction = live / lg.total
+                if fraction < threshold:
+                    candidates.append((fraction, lg))
+        candidates.sort(key=lambda c: c[0])
+        for _, lg in candidates:
+            self._compact_log(lg)
+
+    def _compact_log(self, lg: EntryLog) -> None:
+        """Copy the live entries of ``lg`` into the active log, make the copies durable, point the
+        index at them, make the index durable, and only then delete ``lg``."""
+        intent = lg.path.with_suffix(".compacting")
+        if not lg.must_compact:
+            # Marks the log for re-compaction at the next open should a crash interrupt us
+            # after some index slots already point at the copies.
+            try:
+                with open(intent, "wb") as f:
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise BookieIOError(f"cannot create compaction intent {intent}: {exc}") from exc
+            fsync_dir(intent.parent)
+        moved: list[tuple[int, int, int, int]] = []
+        scanner = LogScanner(lg.fd, lg.written, lg.path)
+        batch: list[ScannedRecord] = []
+        batch_bytes = 0
+        for rec in scanner:
+            batch.append(rec)
+            batch_bytes += rec.record_size
+            if batch_bytes >= _COMPACT_BATCH_BYTES:
+                self._copy_live(lg, batch, moved)
+                batch, batch_bytes = [], 0
+        if batch:
+            self._copy_live(lg, batch, moved)
+        if not scanner.clean:
+            # Copies made so far are unreferenced garbage; the log stays.
+            with self._lock:
+                lg.pinned = True
+            remove_file(intent)
+            log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
+            return
+        self._flush_locked()  # the copies are durable ...
+        for start in range(0, len(moved), _INDEX_UPDATE_CHUNK):
+            with self._lock:
+                for ledger_id, entry_id, old, new in moved[start : start + _INDEX_UPDATE_CHUNK]:
+                    led = self._ledgers.get(ledger_id)
+                    # Skip entries deleted or re-added since they were copied.
+                    if led is not None and self._slot(led, entry_id) == old:
+                        self._set_slot(led, entry_id, new)
+        self._flush_locked()  # ... before the index points at them, and that before the delete.
+        with self._lock:
+            self._logs.pop(lg.log_id, None)
+            self._compactions += 1
+        self._remove_log(lg)
+
+    def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
+        """Append the records of ``batch`` that the index still points at to the active logs."""
+        base = lg.log_id << 32
+        copied = 0
+        with self._lock:
+            for rec in batch:
+                led = self._ledgers.get(rec.ledger_id)
+                if led is None:
+                    continue
+                old = (base | rec.offset) + 1
+                if self._slot(led, rec.entry_id) != old:
+                    continue
+                ids = RECORD_IDS.pack(rec.ledger_id, rec.entry_id)
+                new = self._append(led.dir_idx, rec.ledger_id, ids, rec.data, rec.crc) + 1
+                moved.append((rec.ledger_id, rec.entry_id, old, new))
+                copied += rec.record_size
+            self._bytes_compacted += copied

@@ -1,0 +1,168 @@
+"""Write-back and checkpoint of the entrylog engine: ``flush()`` writes and fsyncs the entry logs,
+then the dirty index pages and headers (so a durable index never points at data that is not
+durable); a background thread fdatasyncs an entry log every ``flush_entrylog_bytes`` written so
+dirty pages never pile up between checkpoints; another flushes every ``flush_interval`` seconds.
+
+A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ledgerstore.errors import BookieIOError
+from ledgerstore_entrylog.entrylog import EntryLog
+from ledgerstore_entrylog.index import fsync_dir, fsync_file
+
+log = logging.getLogger(__name__)
+
+_FLUSH_LEDGER_CHUNK = 64
+
+
+class WriteBack:
+    """``flush`` and the background write-back threads."""
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            try:
+                self.flush()
+            except BookieIOError:
+                if self._closed:
+                    return
+                log.exception("background flush of the entrylog storage failed; stopping background flushes")
+                return
+
+    def _note_written(self, lg: EntryLog) -> None:
+        """Queue ``lg`` for a background sync once enough of it has been written. Lock held."""
+        if not self._sync_bytes or lg.written - lg.synced_to < self._sync_bytes:
+            return
+        if lg.log_id not in self._sync_queue:
+            self._sync_queue[lg.log_id] = lg
+            self._sync_wake.set()
+
+    def _sync_loop(self) -> None:
+        """Write-back thread: fdatasync the logs :meth:`_note_written` queued."""
+        while True:
+            self._sync_wake.wait()
+            self._sync_wake.clear()
+            if self._stop.is_set():
+                return
+            jobs: list[tuple[EntryLog, int, int]] = []
+            try:
+                with self._lock:
+                    queued, self._sync_queue = self._sync_queue, {}
+                    for lg in queued.values():
+                        # GC and compaction take a log out of _logs under this lock before they
+                        # close and delete it, and close() closes logs under it: a log still in
+                        # _logs here is open and its file exists until the lock is released. A
+                        # descriptor of our own cannot be closed or reused under the sync, and
+                        # an error the sync meets is still reported to the checkpoint's fsync
+                        # through the log's descriptor (errors are tracked per open file).
+                        if self._closed or self._logs.get(lg.log_id) is not lg or lg.fd < 0:
+                            continue
+                        try:
+                            fd = os.open(lg.path, os.O_RDONLY | os.O_CLOEXEC)
+                        except OSError as exc:
+                            # Nothing is lost: the checkpoint still syncs the log.
+                            log.warning("write-back skips entry log %s: %s", lg.path, exc)
+                            continue
+                        jobs.append((lg, fd, lg.written - lg.synced_to))
+                        lg.synced_to = lg.written
+                for lg, fd, nbytes in jobs:
+                    try:
+                        os.fdatasync(fd)
+                    except OSError as exc:
+                        if self._closed:
+                            return
+                        # What reached the disk is unknown: refuse checkpoints as a failed flush does.
+                        msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
+                        self._flush_failure = self._flush_failure or msg
+                        log.error("%s; write-back stopped and the next flush() will fail", msg)
+                        return
+                    with self._lock:
+                        self._background_syncs += 1
+                        self._background_sync_bytes += nbytes
+            finally:
+                for _, fd, _ in jobs:
+                    os.close(fd)
+
+    def flush(self) -> None:
+        """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
+        and header. When it returns, everything added before the call is durable."""
+        with self._flush_mutex:
+            with self._lock:
+                self._check_open()
+            if self._flush_failure:
+                raise BookieIOError(
+                    f"an earlier flush failed ({self._flush_failure}); what is durable is unknown: "
+                    "restart the bookie so the journal is replayed"
+                )
+            try:
+                self._flush_locked()
+            except BookieIOError as exc:
+                self._flush_failure = str(exc)
+                raise
+
+    def _flush_locked(self) -> None:
+        """The checkpoint itself; the caller holds ``_flush_mutex``."""
+        # 1. Entry logs: every record added so far reaches the disk before any index does.
+        with self._lock:
+            for lg in self._active:
+                if lg is not None:
+                    lg.write_out()
+            logs = [(lg, lg.written) for lg in self._logs.values() if lg.unsynced]
+            for lg, written in logs:
+                lg.synced_to = max(lg.synced_to, written)
+            todo = sorted(self._dirty_ledgers)
+            self._dirty_ledgers = set()
+            maps, self._maps_to_sync = self._maps_to_sync, set()
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for lg, _ in logs:
+            lg.fsync()
+        for p in maps:
+            fsync_file(p)
+        for d in dirs:
+            fsync_dir(d)
+        with self._lock:
+            for lg, written in logs:
+                if lg.written == written:
+                    lg.unsynced = False
+        # 2. Index pages and headers, a chunk of ledgers per hold of the lock; the fsyncs run
+        # without it so adds and reads go on meanwhile.
+        for start in range(0, len(todo), _FLUSH_LEDGER_CHUNK):
+            opened: list[tuple[int, Path]] = []
+            try:
+                with self._lock:
+                    # Pages may have gained slots since step 1: keep their records ahead of them.
+                    for lg in self._active:
+                        if lg is not None:
+                            lg.write_out()
+                    for ledger_id in todo[start : start + _FLUSH_LEDGER_CHUNK]:
+                        led = self._ledgers.get(ledger_id)
+                        if led is None:
+                            continue
+                        dirty = [pg for pg in led.pages.values() if pg.dirty]
+                        if not dirty and led.file_exists and not led.header_dirty:
+                            continue
+                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in dirty], keep_open=True)
+                        opened.append((fd, led.path))
+                        for pg in dirty:
+                            pg.dirty = False
+                for fd, path in opened:
+                    try:
+                        os.fsync(fd)
+                    except OSError as exc:
+                        raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
+            finally:
+                for fd, _ in opened:
+                    os.close(fd)
+        # 3. Index files written by cache evictions, and directories of created/deleted files.
+        with self._lock:
+            paths, self._unsynced_index = self._unsynced_index, set()
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for p in paths:
+            fsync_file(p)
+        for d in dirs:
+            fsync_dir(d)
