@@ -109,6 +109,8 @@ def decode_value(text: object) -> bytes:
 
 def error_code(exc: BaseException) -> str:
     """The wire code of ``exc`` (``metadata`` for anything without its own)."""
+    if isinstance(exc, FrameError):
+        return "protocol"
     for code, cls in ERRORS.items():
         if isinstance(exc, cls):
             return code

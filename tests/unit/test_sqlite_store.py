@@ -391,3 +391,74 @@ def test_use_before_start_and_after_close_is_a_metadata_error(uri: str) -> None:
             await s.put("/a", b"")
 
     run(main())
+
+
+# --- the metadata server's frames: pure functions over bytes, no socket -------------------------
+
+
+def test_a_frame_round_trips_with_its_length_and_version() -> None:
+    from ledgerstore_sqlite import protocol
+
+    message = {"id": 7, "op": "put", "key": "/a", "value": protocol.encode_value(b"\x00\xffbytes")}
+    frame = protocol.encode(message)
+    assert protocol.frame_length(frame[:4]) == len(frame) - 4
+    assert frame[4] == protocol.VERSION
+    decoded = protocol.decode_body(frame[4:])
+    assert decoded == message
+    assert protocol.decode_value(decoded["value"]) == b"\x00\xffbytes"
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (bytes([99]) + b"{}", "version 99"),
+        (bytes([1]) + b"\xff\xfe", "not UTF-8 JSON"),
+        (bytes([1]) + b"[1, 2]", "not an object"),
+    ],
+)
+def test_a_bad_frame_body_is_refused_with_a_clear_error(payload: bytes, words: str) -> None:
+    from ledgerstore_sqlite import protocol
+
+    with pytest.raises(protocol.FrameError, match=words):
+        protocol.decode_body(payload)
+
+
+@pytest.mark.parametrize("length", [0, 64 * 1024 * 1024 + 1, 2**32 - 1])
+def test_a_frame_length_outside_the_limit_is_refused(length: int) -> None:
+    from ledgerstore_sqlite import protocol
+
+    with pytest.raises(protocol.FrameError, match="outside"):
+        protocol.frame_length(length.to_bytes(4, "big"))
+
+
+def test_every_error_crosses_the_wire_as_its_own_class() -> None:
+    from ledgerstore.errors import (
+        BadVersionError,
+        InvalidArgumentError,
+        KeyExistsError,
+        NoSuchKeyError,
+        SessionExpiredError,
+    )
+    from ledgerstore_sqlite import protocol
+
+    for exc in (KeyExistsError("k"), BadVersionError("b"), NoSuchKeyError("n"), SessionExpiredError("s"),
+                InvalidArgumentError("i"), MetadataError("m")):
+        back = protocol.error_from(protocol.error_code(exc), str(exc))
+        assert type(back) is type(exc)
+    assert protocol.error_code(protocol.FrameError("x")) == "protocol"
+    assert type(protocol.error_from("protocol", "x")) is MetadataError
+
+
+def test_the_server_socket_path_fits_a_unix_socket_address(tmp_path: Path) -> None:
+    from ledgerstore_sqlite.discovery import live_socket, socket_path_for
+
+    short = str(tmp_path / "meta.db")
+    assert socket_path_for(short) == short + ".sock"
+    deep = str(tmp_path / ("d" * 120) / "meta.db")
+    assert len(socket_path_for(deep).encode()) <= 100
+    assert socket_path_for(deep) == socket_path_for(deep)  # stable: clients compute the same
+    assert live_socket(short) is None  # no lock file: no server
+    # what a killed server leaves: a socket path in an unlocked lock file, and the socket file
+    Path(short + ".lock").write_text(short + ".sock\n")
+    Path(short + ".sock").write_text("")
+    assert live_socket(short) is None
