@@ -8,6 +8,7 @@ import signal
 
 import click
 
+import ledgerstore
 from ledgerstore.bookie.server import watch_supervisor
 from ledgerstore.cli.common import handle_errors, setup_logging
 from ledgerstore.startup import SUPERVISOR_PID_ENV
@@ -52,3 +53,9 @@ def metadata_server(db: str, reap_interval: float, synchronous: str, log_level: 
     setup_logging(log_level)
     path = path_from_uri(db) if db.startswith("sqlite://") else os.path.abspath(db)
     asyncio.run(_run(MetadataServer(path, reap_interval=reap_interval, synchronous=synchronous)))
+
+
+@ledgerstore.hookimpl
+def ledgerstore_cli_commands() -> list[click.Command]:
+    """``ledgerstore metadata-server`` is this plugin's (registered through its entry point)."""
+    return [metadata_server]

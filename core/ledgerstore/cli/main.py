@@ -94,9 +94,6 @@ def _register_subcommands() -> None:
     cli.add_command(standalone.standalone)
     cli.add_command(shell.shell)
     cli.add_command(bench.bench)
-    from ledgerstore_sqlite.cli import metadata_server
-
-    cli.add_command(metadata_server)
     try:
         from ledgerstore.cli import autorecovery
     except ModuleNotFoundError as exc:  # pragma: no cover - only while the module is being written
