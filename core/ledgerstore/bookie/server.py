@@ -21,9 +21,8 @@ from typing import Any
 
 from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, SessionEvent, StorageEngine
 from ledgerstore.api.transport import split_address
-from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.compaction import CompactionControl
-from ledgerstore.bookie.dirlock import LOCK_FILE
+from ledgerstore.bookie.cookie_validation import validate_cookie
 from ledgerstore.bookie.gc import GarbageCollector
 from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, Journal, Record
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
@@ -37,7 +36,7 @@ from ledgerstore.bookie.processor import (
 from ledgerstore.bookie.state import BookieState
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import LedgerStoreError
-from ledgerstore.meta.bookies import BookieRegistry, ClusterManager, CookieManager, compare_cookies
+from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import create_transport, load_driver, notify
 from ledgerstore.startup import (
     SUPERVISOR_PID_ENV,
@@ -243,61 +242,8 @@ class Bookie:
 
     async def _check_cookie(self) -> None:
         assert self.store is not None
-        cluster = ClusterManager(self.store)
-        iid = await cluster.instance_id()
-        if iid is None:
-            if not self.config.auto_init_cluster:
-                raise LedgerStoreError(
-                    f"the metadata store {self.config.metadata} holds no cluster; run "
-                    f"'ledgerstore shell --metadata {self.config.metadata} initnewcluster' first"
-                )
-            iid = await cluster.init()
-        self.instance_id = iid
-        dirs = cookies.cookie_dirs(self.journal_dir, self.ledger_dirs)
-        expected = {
-            "bookie_id": self.bookie_id,
-            "instance_id": iid,
-            "journal_dir": str(self.journal_dir.resolve()),
-            "ledger_dirs": [str(d.resolve()) for d in self.ledger_dirs],
-            "layout": 1,
-        }
-        local = cookies.read_local(dirs)
-        mgr = CookieManager(self.store)
-        remote = await mgr.get(self.bookie_id)
-        where = f"bookie {self.bookie_id}"
-        if local is None and remote is None:
-            if any(self._has_data(d) for d in self.ledger_dirs):
-                raise LedgerStoreError(
-                    f"{where}: its directories hold data but no cookie; refusing to adopt them. "
-                    "Format them (ledgerstore shell bookieformat) if the data is not needed."
-                )
-            fresh = {**expected, cookies.INCARNATION: cookies.new_incarnation()}
-            cookies.write_local(dirs, fresh)
-            await mgr.put(self.bookie_id, {**fresh, "endpoint": self.advertised})
-            self.ownership.cookie = fresh
-            return
-        if local is None:
-            raise LedgerStoreError(
-                f"{where}: the cluster has a cookie for this bookie but its directories have none: its disks were "
-                "wiped or replaced. Decommission/recover the old bookie (its data is gone) and delete its cookie, "
-                "or restore the directories."
-            )
-        if remote is None:
-            raise LedgerStoreError(
-                f"{where}: its directories have a cookie but the cluster has none for it "
-                f"(instance {local.get('instance_id')}); this metadata store may be another cluster's"
-            )
-        compare_cookies(local, {k: v for k, v in remote.items() if k != "endpoint"}, where)
-        if cookies.INCARNATION in local:
-            expected[cookies.INCARNATION] = local[cookies.INCARNATION]
-        compare_cookies(local, expected, where + " (configuration)")
-        if remote.get("endpoint") != self.advertised:
-            await mgr.put(self.bookie_id, {**local, "endpoint": self.advertised})
-        self.ownership.cookie = local
-
-    @staticmethod
-    def _has_data(d: Path) -> bool:
-        return d.exists() and any(p.name not in (cookies.COOKIE_FILE, LOCK_FILE) for p in d.iterdir())
+        self.instance_id, self.ownership.cookie = await validate_cookie(
+            self.store, self.config, self.bookie_id, self.advertised, self.journal_dir, self.ledger_dirs)
 
     def info(self) -> BookieInfo:
         total, used, free = self._disk_usage()

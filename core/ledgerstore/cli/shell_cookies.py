@@ -19,7 +19,7 @@ from ledgerstore.cli.shell_local import (
 
 
 def _expected_cookie(cfg: Any, instance_id: str | None) -> dict[str, Any]:
-    # The fields a bookie checks at start-up (bookie/server.py _check_cookie).
+    # The fields a bookie checks at start-up (bookie/cookie_validation.py).
     return {"bookie_id": bookie_id_of(cfg), "instance_id": instance_id,
             "journal_dir": str(Path(cfg.journal_dir).resolve()),
             "ledger_dirs": [str(Path(d).resolve()) for d in cfg.ledger_dirs], "layout": 1}

@@ -1,0 +1,77 @@
+"""The cookie check a bookie makes at start-up, before it writes anything (BookKeeper's
+``LegacyCookieValidation``): its directories' cookie, the cluster's cookie for its id and its
+configuration must agree; a bookie new to the cluster (no cookie anywhere, empty directories)
+writes a fresh one. The cookie files themselves are :mod:`ledgerstore.bookie.cookie`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ledgerstore.api import MetadataStore
+from ledgerstore.bookie import cookie as cookies
+from ledgerstore.bookie.dirlock import LOCK_FILE
+from ledgerstore.config import BookieConfig
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore.meta.bookies import ClusterManager, CookieManager, compare_cookies
+
+
+async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id: str, advertised: str,
+                          journal_dir: Path, ledger_dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
+    """Check (or, for a new bookie, write) the cookie; returns the cluster's instance id and the
+    cookie the bookie runs with. Raises LedgerStoreError saying what differs and what to do."""
+    cluster = ClusterManager(store)
+    iid = await cluster.instance_id()
+    if iid is None:
+        if not config.auto_init_cluster:
+            raise LedgerStoreError(
+                f"the metadata store {config.metadata} holds no cluster; run "
+                f"'ledgerstore shell --metadata {config.metadata} initnewcluster' first"
+            )
+        iid = await cluster.init()
+    dirs = cookies.cookie_dirs(journal_dir, list(ledger_dirs))
+    expected = {
+        "bookie_id": bookie_id,
+        "instance_id": iid,
+        "journal_dir": str(journal_dir.resolve()),
+        "ledger_dirs": [str(d.resolve()) for d in ledger_dirs],
+        "layout": 1,
+    }
+    local = cookies.read_local(dirs)
+    mgr = CookieManager(store)
+    remote = await mgr.get(bookie_id)
+    where = f"bookie {bookie_id}"
+    if local is None and remote is None:
+        if any(_has_data(d) for d in ledger_dirs):
+            raise LedgerStoreError(
+                f"{where}: its directories hold data but no cookie; refusing to adopt them. "
+                "Format them (ledgerstore shell bookieformat) if the data is not needed."
+            )
+        fresh = {**expected, cookies.INCARNATION: cookies.new_incarnation()}
+        cookies.write_local(dirs, fresh)
+        await mgr.put(bookie_id, {**fresh, "endpoint": advertised})
+        return iid, fresh
+    if local is None:
+        raise LedgerStoreError(
+            f"{where}: the cluster has a cookie for this bookie but its directories have none: its disks were "
+            "wiped or replaced. Decommission/recover the old bookie (its data is gone) and delete its cookie, "
+            "or restore the directories."
+        )
+    if remote is None:
+        raise LedgerStoreError(
+            f"{where}: its directories have a cookie but the cluster has none for it "
+            f"(instance {local.get('instance_id')}); this metadata store may be another cluster's"
+        )
+    compare_cookies(local, {k: v for k, v in remote.items() if k != "endpoint"}, where)
+    if cookies.INCARNATION in local:
+        expected[cookies.INCARNATION] = local[cookies.INCARNATION]
+    compare_cookies(local, expected, where + " (configuration)")
+    if remote.get("endpoint") != advertised:
+        await mgr.put(bookie_id, {**local, "endpoint": advertised})
+    return iid, local
+
+
+def _has_data(d: Path) -> bool:
+    return d.exists() and any(p.name not in (cookies.COOKIE_FILE, LOCK_FILE) for p in d.iterdir())
