@@ -1,0 +1,38 @@
+"""The journal hands back what it was given per append: on the event loop, once durable, or once
+its writer failed (then no later append is accepted)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from ledgerstore.bookie.journal import ADD, Journal, encode_record
+from ledgerstore.errors import BookieIOError
+
+
+def test_a_group_the_writer_could_not_write_is_handed_back_as_failed_and_no_later_append_is_taken(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        durable: list[str] = []
+        failed: asyncio.Future[tuple[list[str], BaseException]] = loop.create_future()
+        j: Journal[str] = Journal(tmp_path, durable.extend, on_failed=lambda c, e: failed.set_result((c, e)),
+                                  sync=False)
+        j.replay(lambda r: None)
+        j.start(loop)
+        # the journal file turns unwritable under the writer: its next group fails
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(read_only, j._fd)
+        os.close(read_only)
+        j.append(encode_record(ADD, 1, 0, b"x"), "add-0")
+        completions, exc = await asyncio.wait_for(failed, 10)
+        assert completions == ["add-0"] and isinstance(exc, OSError)
+        assert durable == []
+        with pytest.raises(BookieIOError, match="journal is failed"):
+            j.append(encode_record(ADD, 1, 1, b"x"), "add-1")
+        await asyncio.to_thread(j.close)
+
+    asyncio.run(main())
