@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ledgerstore.aio import Client as AioClient
 from ledgerstore.api import NOT_EXISTS, EventType, Notification, SessionEvent
 from ledgerstore.cluster import LocalCluster, start_metadata_server_process, stop_process
 from ledgerstore.errors import MetadataError
@@ -265,6 +266,47 @@ def test_a_client_that_reconnects_within_its_ttl_keeps_its_session_and_ephemeral
             assert events == []
         finally:
             await store.close()
+
+    asyncio.run(main())
+
+
+def test_bookies_and_clients_ride_out_a_kill_9_of_the_metadata_server(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 of the server and a restart within the session TTL: every bookie keeps its session
+    and registration (resumed, not re-registered), a client's writes go on, and its ledger closes
+    and reads back whole."""
+    ttl = 15
+    cluster: LocalCluster = cluster_factory(
+        3, metadata_server=True, extra_bookie_config=f"[bookie.metadata_options]\nsession_timeout = {ttl}\n",
+    )
+    cluster.start()
+    db = Path(cluster.metadata.removeprefix("sqlite://"))
+    sessions = {cluster.bookie_id(i): bookie_session(db, cluster.bookie_id(i)) for i in range(3)}
+
+    async def main() -> None:
+        async with AioClient(metadata=cluster.metadata) as client:
+            lh = await client.create_ledger(3, 2, 2, password=b"pw")
+            payloads = [b"entry-%d" % i for i in range(200)]
+            for p in payloads[:100]:
+                await lh.append(p)
+            cluster.stop_metadata_server(signal.SIGKILL)
+            with pytest.raises(MetadataError):
+                await client.store.get("/")
+            cluster.start_metadata_server()
+            for p in payloads[100:]:
+                await lh.append(p)  # adds need no metadata
+            deadline = time.monotonic() + ttl / 2
+            while True:
+                try:
+                    await client.store.get("/")
+                    break
+                except MetadataError:
+                    assert time.monotonic() < deadline, "the client did not reconnect to the restarted server"
+                    await asyncio.sleep(0.05)
+            await lh.close()
+            rh = await client.open_ledger(lh.ledger_id, password=b"pw")
+            assert [e.payload for e in await rh.read(0, rh.last_add_confirmed)] == payloads
+        assert cluster.registered() == set(sessions)
+        assert {b: bookie_session(db, b) for b in sessions} == sessions, "a bookie lost its session"
 
     asyncio.run(main())
 
