@@ -77,14 +77,14 @@ class MemoryBookie:
                 if lid not in self.keys:
                     return codec.encode_lac_response(Op.READ_LAC, rid, Status.NO_SUCH_LEDGER, lid, -1, -1)
                 return codec.encode_lac_response(Op.READ_LAC, rid, Status.OK, lid, self.lac.get(lid, -1), -1)
-            data = self.entries.get((lid, req.entry_id))
-            if data is None:
+            stored = self.entries.get((lid, req.entry_id))
+            if stored is None:
                 status = Status.NO_SUCH_ENTRY if lid in self.keys else Status.NO_SUCH_LEDGER
                 return codec.encode_read_response(rid, status, lid, req.entry_id)
-            return codec.encode_read_response(rid, Status.OK, lid, req.entry_id, data)
+            return codec.encode_read_response(rid, Status.OK, lid, req.entry_id, stored)
         if isinstance(req, codec.ReadMultiRequest):
             lid = req.ledger_id
-            items = [(e, Status.OK, self.entries[(lid, e)]) if (lid, e) in self.entries else
+            items: list[tuple[int, int, bytes]] = [(e, Status.OK, self.entries[(lid, e)]) if (lid, e) in self.entries else
                      (e, Status.NO_SUCH_ENTRY, b"") for e in req.entry_ids]
             return codec.encode_read_multi_response(rid, Status.OK, lid, items)
         if isinstance(req, codec.LongPollLacRequest):

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 
+from ledgerstore.client.bookie_client import status_error
 from ledgerstore.client.context import ClientContext
 from ledgerstore.client.metrics import CLIENT_METRICS
 from ledgerstore.client.read import ReadHandle
@@ -21,7 +22,6 @@ from ledgerstore.errors import (
     LedgerStoreError,
     NotEnoughBookiesError,
     UnauthorizedAccessError,
-    error_for_status,
 )
 from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
 from ledgerstore.plugins import notify
@@ -371,8 +371,7 @@ class LedgerHandle(ReadHandle):
         if exc is not None:
             reason: BaseException = exc
         else:
-            name = Status(status).name if status in Status._value2member_map_ else str(status)
-            reason = error_for_status(status or 0, f"bookie {bid} answered {name}")
+            reason = status_error(bid, f"adds to ledger {self.ledger_id}", status or 0)
         pa.failed |= 1 << idx
         self._bookie_failed(bid, reason)
 

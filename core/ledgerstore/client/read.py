@@ -104,15 +104,15 @@ class ReadHandle:
         lid = self.ledger_id
         read_multi = self.ctx.bookie_client.read_multi
         reads = []
-        for bid, ids in plan.items():
-            ids.sort()
-            for i in range(0, len(ids), READ_MULTI_ENTRIES):
-                reads.append(read_multi(bid, lid, ids[i : i + READ_MULTI_ENTRIES], timeout))
+        for bid, wanted in plan.items():
+            wanted.sort()
+            for i in range(0, len(wanted), READ_MULTI_ENTRIES):
+                reads.append(read_multi(bid, lid, wanted[i : i + READ_MULTI_ENTRIES], timeout))
         got: dict[int, Entry] = {}
         verify_into = self.digest.verify_into
-        for r in await asyncio.gather(*reads, return_exceptions=True):
-            if not isinstance(r, BaseException):
-                verify_into(r, got)  # invalid copies are left out: the fallback asks other replicas
+        for items in await asyncio.gather(*reads, return_exceptions=True):
+            if not isinstance(items, BaseException):
+                verify_into(items, got)  # invalid copies are left out: the fallback asks other replicas
         if len(got) != last - first + 1:
             missing = [e for e in range(first, last + 1) if e not in got]
             for e, entry in zip(missing, await asyncio.gather(*(self.read_entry(e) for e in missing)), strict=True):

@@ -144,7 +144,7 @@ class _LedgerRecovery:
         _, ensemble = md.ensemble_for(eid)
         timeout = self.ctx.config.read_timeout_s
         read = self.ctx.bookie_client.read
-        owner = {asyncio.ensure_future(read(ensemble[i], md.ledger_id, eid, timeout, fence_key=self.key)): ensemble[i]
+        owner: dict[asyncio.Future[bytes], str] = {asyncio.ensure_future(read(ensemble[i], md.ledger_id, eid, timeout, fence_key=self.key)): ensemble[i]
                  for i in md.write_set(eid)}
         pending: set[asyncio.Future[bytes]] = set(owner)
         missing = 0
