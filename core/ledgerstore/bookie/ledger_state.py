@@ -106,11 +106,13 @@ class LacWaiters:
                 or (waiters is not None and (conn, request_id) in waiters))
 
     def of_connection(self, conn: ServerConnection) -> int:
+        """Waiters of ``conn``."""
         mine = self.by_conn.get(conn)
         return len(mine) if mine else 0
 
     def add(self, loop: asyncio.AbstractEventLoop, conn: ServerConnection, request_id: int, ledger_id: int,
             known_lac: int, timeout_s: float) -> None:
+        """Wait until the ledger's LAC passes ``known_lac``, or ``timeout_s``; then answer."""
         handle = loop.call_later(timeout_s, self._expire, ledger_id, request_id, conn)
         waiters = self.by_ledger.get(ledger_id)
         if waiters is None:

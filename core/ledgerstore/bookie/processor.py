@@ -85,10 +85,12 @@ class AddCompletion:
     records: int = 1
 
     def durable(self, processor: RequestProcessor) -> None:
+        """Answer OK and release the adds' in-flight count."""
         processor.release_inflight(self.conn, self.records)
         self.conn.send(self.frame)
 
     def failed(self, processor: RequestProcessor) -> None:
+        """Answer IO_ERROR under the request's opcode and id."""
         _, op, _, rid = codec.HEADER.unpack_from(self.frame)
         self.conn.send(codec.encode_error_response(op, rid, Status.IO_ERROR))
 
@@ -102,6 +104,7 @@ class FenceCompletion:
     records: int = 1
 
     def durable(self, processor: RequestProcessor) -> None:
+        """Answer the fencing request."""
         try:  # a fence's answer: its failure must not cost the rest of the group theirs
             self.answer()
         except Exception as exc:
@@ -166,6 +169,7 @@ class RequestProcessor:
 
     def attach(self, engine: StorageEngine, journal: Journal[Completion], store: MetadataStore | None,
                ownership: Ownership | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve with these (the bookie calls this once they are open, before it serves)."""
         self.engine = engine
         self.journal = journal
         self.store = store
@@ -173,11 +177,13 @@ class RequestProcessor:
         self.loop = loop
 
     def disk_usage(self) -> tuple[int, int, int]:
+        """(total, used, free) bytes of the ledger directories' file systems."""
         return disk_usage(self.ledger_dirs)
 
     # --- frames in, answers out --------------------------------------------------------------------
 
     def frames_received(self, conn: ServerConnection, frames: Sequence[bytes]) -> None:
+        """Decode and serve each frame (the transport's callback, on the event loop)."""
         if not self.state.serving:  # still starting (replaying the journal): refuse, do not queue
             for frame in frames:
                 if len(frame) >= codec.HEADER_SIZE:
@@ -197,12 +203,14 @@ class RequestProcessor:
                 self._failed_request(conn, frame, exc)
 
     def dispatch(self, conn: ServerConnection, req: codec.Request) -> None:
+        """Serve one decoded request through the handler table."""
         handler = self.handlers.get(type(req))
         if handler is None:
             raise ProtocolError(f"this bookie does not serve {type(req).__name__}")
         handler(conn, req)
 
     def connection_lost(self, conn: ServerConnection) -> None:
+        """Forget the connection's in-flight count and its long-poll waiters."""
         self.inflight.pop(conn, None)
         self.waiters.drop_connection(conn)
 
@@ -244,6 +252,7 @@ class RequestProcessor:
                 c.failed(self)
 
     def release_inflight(self, conn: ServerConnection, n: int) -> None:
+        """``n`` adds of ``conn`` were answered: they no longer count against its limit."""
         left = self.inflight.get(conn, 0) - n
         if left > 0:
             self.inflight[conn] = left
@@ -301,6 +310,7 @@ class RequestProcessor:
                 self.waiters.wake(lid, lac)
 
     def handle_add(self, conn: ServerConnection, req: codec.AddRequest) -> None:
+        """One entry: stored in the engine now, answered once its journal record is durable."""
         started = time.perf_counter()
         c = self.counters
         status = self._add_refusal(req.ledger_id, req.master_key, req.flags)
@@ -440,6 +450,7 @@ class RequestProcessor:
         return Status.IO_ERROR
 
     def handle_read(self, conn: ServerConnection, req: codec.ReadRequest) -> None:
+        """One entry; with the fence flag, the ledger is fenced durably first."""
         if req.flags & FLAG_FENCE:
             status = self._fence(conn, req.ledger_id, req.master_key, lambda: conn.send(self._read_response(req)))
             if status == AWAIT_METADATA:
@@ -502,6 +513,7 @@ class RequestProcessor:
         conn.send(self._lac_response(Op.LONG_POLL_LAC, rid, ledger_id))
 
     def handle_read_lac(self, conn: ServerConnection, req: codec.ReadLacRequest) -> None:
+        """The ledger's LAC and last entry; with the fence flag, after fencing it durably."""
         if req.flags & FLAG_FENCE:
             then = lambda: conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))  # noqa: E731
             status = self._fence(conn, req.ledger_id, req.master_key, then)
@@ -516,6 +528,7 @@ class RequestProcessor:
         conn.send(self._lac_response(Op.READ_LAC, req.request_id, req.ledger_id))
 
     def handle_long_poll(self, conn: ServerConnection, req: codec.LongPollLacRequest) -> None:
+        """The LAC once it passes what the client knows, or when the request times out."""
         lid = req.ledger_id
         lac = self.ledgers.lac.get(lid, -1)
         if lac > req.known_lac or req.timeout_ms == 0 or lid in self.ledgers.fenced:
@@ -539,6 +552,7 @@ class RequestProcessor:
     # --- bookie facts --------------------------------------------------------------------------------
 
     def handle_bookie_info(self, conn: ServerConnection, req: codec.BookieInfoRequest) -> None:
+        """Free and total disk, ledgers held, read-only or not."""
         total, _, free = self.disk_usage()
         conn.send(codec.encode_bookie_info_response(
             req.request_id, Status.OK, free, total, len(self.ledgers.master_keys), self.state.read_only))
