@@ -69,6 +69,8 @@ class RemoteSession:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._watches: dict[int, _RemoteSubscription] = {}
         self._writer: asyncio.StreamWriter | None = None
+        #: the connection said hello and re-created the watches: requests may go out
+        self._ready = False
         self._reader_task: asyncio.Task[None] | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._reconnector: asyncio.Task[None] | None = None
@@ -96,13 +98,13 @@ class RemoteSession:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if self._writer is not None:
+        if self._ready:
             try:
                 await asyncio.wait_for(self._request("close", {}), timeout=min(5.0, self.request_timeout))
             except (TimeoutError, MetadataError) as exc:
                 log.warning("sqlite metadata server %s: could not end the session cleanly (%s); "
                             "its ephemeral keys vanish after its TTL", self.socket_path, exc)
-            self._disconnect()
+        self._disconnect()
         if self._reader_task is not None:
             self._reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -114,7 +116,7 @@ class RemoteSession:
         """Send one request and return its ``result``; errors come back as the store's errors."""
         if self._closed:
             raise MetadataError(f"sqlite metadata store (server {self.socket_path}) is closed; cannot {op}")
-        if self._writer is None:
+        if self._writer is None or not self._ready:
             raise MetadataError(
                 f"the sqlite metadata server at {self.socket_path} is unreachable (reconnecting); "
                 f"{op} was not sent - retry, or check that the metadata server runs"
@@ -176,6 +178,7 @@ class RemoteSession:
         except OSError as exc:
             raise MetadataError(f"cannot connect to the sqlite metadata server at {self.socket_path}: {exc}") from exc
         self._writer = writer
+        self._ready = False
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
         try:
             hello = await self._request("hello", {"session": self.session, "ttl": self.ttl})
@@ -186,9 +189,11 @@ class RemoteSession:
             self._disconnect()
             raise
         self.session = int(hello["session"])
+        self._ready = True
         return bool(hello["resumed"])
 
     def _disconnect(self) -> None:
+        self._ready = False
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -264,7 +269,7 @@ class RemoteSession:
 
     async def _replace_session(self, expired: int | None) -> None:
         async with self._renew_lock:
-            if self.session != expired or self._writer is None:
+            if self.session != expired or not self._ready:
                 return  # another caller replaced it already, or the reconnect loop will
             hello = await self._request("hello", {"session": None, "ttl": self.ttl})
             self.session = int(hello["session"])
@@ -277,7 +282,7 @@ class RemoteSession:
     async def _ping_loop(self) -> None:
         while True:
             await asyncio.sleep(self.ttl / 3)
-            if self._writer is None:
+            if not self._ready:
                 continue
             sid = self.session
             try:
