@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import Any
 
 import click
 
@@ -26,7 +27,7 @@ async def _run(server: MetadataServer) -> None:
     await server.start()
     # The line supervisors (LocalCluster) wait for.
     print(f"metadata server for {server.db_path} ready on {server.socket_path}", flush=True)
-    waiters = {loop.create_task(stop.wait())}
+    waiters: set[asyncio.Task[Any]] = {loop.create_task(stop.wait())}
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
     if supervisor.isdigit():  # started by ``ledgerstore standalone``: die with it
         waiters.add(loop.create_task(watch_supervisor(int(supervisor), stop)))
