@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable
@@ -26,24 +27,22 @@ __all__ = ["RemoteSession"]
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(eq=False)
 class _RemoteSubscription(Subscription):
-    __slots__ = ("_session", "wid", "prefix", "callback", "active", "last_rev")
-
-    def __init__(self, session: RemoteSession, wid: int, prefix: str, callback: NotificationCallback) -> None:
-        self._session = session
-        self.wid = wid
-        self.prefix = prefix
-        self.callback = callback
-        self.active = True
-        #: the revision this watch is current at: after a reconnect the server replays what
-        #: changed since, so no notification is lost while the connection was down
-        self.last_rev: int | None = None
+    session: RemoteSession
+    wid: int
+    prefix: str
+    callback: NotificationCallback
+    active: bool = True
+    #: the revision this watch is current at: after a reconnect the server replays what
+    #: changed since, so no notification is lost while the connection was down
+    last_rev: int | None = None
 
     def cancel(self) -> None:
         """Stop callbacks at once; the server is told to drop the watch."""
         if self.active:
             self.active = False
-            self._session._unwatch(self)
+            self.session._unwatch(self)
 
 
 class RemoteSession:
