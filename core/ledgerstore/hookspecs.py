@@ -22,7 +22,7 @@ import click
 import pluggy
 
 from ledgerstore.api.http import Request, Response
-from ledgerstore.config import BookieConfig, ClientConfig
+from ledgerstore.config_schema import BookieConfig, ClientConfig
 from ledgerstore.meta.ledgers import LedgerMetadata
 
 hookspec = pluggy.HookspecMarker("ledgerstore")

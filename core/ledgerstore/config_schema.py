@@ -1,0 +1,323 @@
+"""The typed configuration of bookies and clients: the dataclasses, their defaults, and the
+checks each makes of its own values. :mod:`ledgerstore.config` loads them from TOML and the
+environment and checks the plugins they name; hook specifications use these types without
+depending on that loading."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+#: bounds of ``max_frame_size``: a frame must hold any request's header and a small entry, and
+#: its length must fit the 4-byte length prefix with room to spare
+MIN_FRAME_SIZE = 4096
+MAX_FRAME_SIZE = 1 << 30
+
+
+@dataclasses.dataclass
+class JournalConfig:
+    """The bookie's write-ahead journal."""
+
+    #: wait at most this long for more records before committing a group (BookKeeper: journalMaxGroupWaitMSec)
+    max_group_wait_ms: float = 2.0
+    #: commit a group once it holds this many bytes (journalBufferedWritesThreshold)
+    max_group_bytes: int = 512 * 1024
+    #: commit at once when no more records are queued, instead of waiting max_group_wait_ms
+    flush_when_queue_empty: bool = True
+    #: roll to a new journal file past this size (journalMaxSizeMB)
+    max_file_size_mb: int = 2048
+    #: journal files wholly before the checkpoint mark to keep (journalMaxBackups)
+    max_backups: int = 5
+    #: fsync before acknowledging; turning it off loses acknowledged entries on power failure
+    sync: bool = True
+
+
+@dataclasses.dataclass
+class AutoRecoveryConfig:
+    """Auto-recovery (``[bookie.autorecovery]``): the auditor candidate and replication workers a
+    bookie runs beside itself, or ``ledgerstore autorecovery`` runs on its own."""
+
+    #: run an auditor candidate and replication workers in this bookie (autoRecoveryDaemonEnabled)
+    enabled: bool = False
+    #: how long a bookie must be gone before its ledgers are marked under-replicated
+    #: (lostBookieRecoveryDelay; the shell's lostbookierecoverydelay overrides it cluster-wide)
+    lost_bookie_recovery_delay_s: float = 0.0
+    #: full check of every ledger's metadata, catching whatever events were missed (auditorPeriodicCheckInterval)
+    audit_interval_s: float = 3600.0
+    #: entries copied per second by each worker; 0 = unthrottled
+    rereplication_entries_per_s: float = 0.0
+    #: how long an open ledger's writer may keep its last fragment before a worker fences and
+    #: closes the ledger to re-replicate it (openLedgerRereplicationGracePeriod)
+    open_ledger_rereplication_grace_s: float = 30.0
+    #: a worker's claim on a marker lapses this long after its last renewal (a killed worker's
+    #: work is taken over after at most this)
+    lease_s: float = 30.0
+    #: ledgers each worker re-replicates at once
+    parallel_ledgers: int = 4
+    #: seconds between replicas checks, which ask every bookie which ledgers it really holds and
+    #: mark what it lacks (auditorReplicasCheckInterval); 0 = only on request (a bookie that finds
+    #: its data gone asks for one)
+    replicas_check_interval_s: float = 86400.0
+    #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
+    client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.lost_bookie_recovery_delay_s < 0:
+            problems.append("'autorecovery.lost_bookie_recovery_delay_s' must be >= 0")
+        if self.audit_interval_s <= 0:
+            problems.append("'autorecovery.audit_interval_s' must be positive")
+        if self.rereplication_entries_per_s < 0:
+            problems.append("'autorecovery.rereplication_entries_per_s' must be >= 0 (0 = unthrottled)")
+        if self.open_ledger_rereplication_grace_s < 0:
+            problems.append("'autorecovery.open_ledger_rereplication_grace_s' must be >= 0")
+        if self.lease_s < 1:
+            problems.append("'autorecovery.lease_s' must be at least 1 second")
+        if self.parallel_ledgers < 1:
+            problems.append("'autorecovery.parallel_ledgers' must be at least 1")
+        if self.replicas_check_interval_s < 0:
+            problems.append("'autorecovery.replicas_check_interval_s' must be >= 0 (0 = only on demand)")
+        return problems
+
+
+@dataclasses.dataclass
+class AdminHttpConfig:
+    """Who may use the admin HTTP server (``[bookie.http]``; its port is ``http_port``).
+
+    State-changing endpoints (PUT, POST, DELETE) always need credentials: a bearer token
+    (``Authorization: Bearer <token>``, the token read once at start from ``token_file``) or a
+    client certificate signed by ``tls_ca_file``. With neither configured they answer 403."""
+
+    #: file holding the admin bearer token (one line; keep it mode 0600); read once at start
+    token_file: str = ""
+    #: let GET endpoints (metrics, state, listings) answer without credentials, as BookKeeper's
+    #: admin server does and as a Prometheus scrape without credentials needs; state changes
+    #: never do. Set false to require the token or a client certificate for reads too
+    allow_anonymous_read: bool = True
+    #: GET paths that answer without credentials even when allow_anonymous_read is false
+    #: (liveness and readiness probes; they tell nothing a TCP connect does not)
+    anonymous_paths: list[str] = dataclasses.field(default_factory=lambda: ["/heartbeat", "/api/v1/bookie/is_ready"])
+    #: serve HTTPS with this certificate (PEM); needs tls_key_file
+    tls_cert_file: str = ""
+    #: private key of tls_cert_file (PEM)
+    tls_key_file: str = ""
+    #: CA (PEM) whose client certificates authenticate like the token (mutual TLS); needs tls_cert_file
+    tls_ca_file: str = ""
+
+    def validate(self) -> list[str]:
+        problems = []
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            problems.append("'http.tls_cert_file' and 'http.tls_key_file' go together: set both or neither")
+        if self.tls_ca_file and not self.tls_cert_file:
+            problems.append("'http.tls_ca_file' (client certificates) needs 'http.tls_cert_file' and 'http.tls_key_file'")
+        for path in self.anonymous_paths:
+            if not path.startswith("/"):
+                problems.append(f"'http.anonymous_paths' entry {path!r} must be a path starting with '/'")
+        return problems
+
+
+@dataclasses.dataclass
+class BookieConfig:
+    """A bookie process. ``metadata`` is required; everything else has a default."""
+
+    #: metadata store URI: sqlite:///path.db, zk://host:2181/ledgers or etcd://host:2379/ledgers (required)
+    metadata: str = ""
+    #: the address to listen on: tcp://host:port, tcp+tls://host:port or zmq://host:port
+    listen: str = "tcp://127.0.0.1:3181"
+    #: the address clients use (defaults to ``listen``); its host:port is the bookie id
+    advertised_address: str = ""
+    #: directory of the write-ahead journal (its own disk if possible: every ack waits for its fsync)
+    journal_dir: str = "data/bookie/journal"
+    #: directories of the storage engine (entrylog spreads ledgers over them)
+    ledger_dirs: list[str] = dataclasses.field(default_factory=lambda: ["data/bookie/ledgers"])
+    #: storage engine plugin: entrylog (default) or rocksdb
+    storage: str = "entrylog"
+    #: checkpoint interval: flush the storage engine and advance the journal mark (flushInterval)
+    flush_interval_ms: int = 60_000
+    #: largest wire frame accepted, in bytes (4 KiB to 1 GiB); larger ones are refused before
+    #: allocation. It also bounds what one connection buffers of an unfinished frame
+    max_frame_size: int = 5 * 1024 * 1024
+    #: bytes of unfinished frames buffered across all connections (at least max_frame_size); past
+    #: it the connection stalled longest on its unfinished frame is closed
+    max_unfinished_frame_bytes: int = 256 * 1024 * 1024
+    #: a connection whose unfinished frame is older than this many seconds is closed
+    unfinished_frame_timeout_s: float = 30.0
+    #: adds one connection may have waiting for the journal; more are answered TOO_MANY_REQUESTS
+    #: (clients back off and resend), so one writer cannot make the bookie queue without bound
+    max_adds_in_flight_per_connection: int = 200_000
+    #: long-poll LAC requests waiting on this bookie at once; more are answered TOO_MANY_REQUESTS
+    max_long_poll_waiters: int = 50_000
+    #: long-poll LAC requests one connection may have waiting; more are answered TOO_MANY_REQUESTS
+    max_long_poll_waiters_per_connection: int = 5_000
+    #: adds and fences of ledgers new to this bookie waiting for the metadata look-up that allows
+    #: their first master key; more are answered TOO_MANY_REQUESTS
+    max_requests_awaiting_metadata: int = 10_000
+    #: placement facts published in the registration
+    rack: str = "/default-rack"
+    #: region published in the registration (region-aware placement)
+    region: str = "default-region"
+    #: create the cluster's instance id when the metadata store has none; off by default, as in
+    #: BookKeeper: a cluster is created by `shell initnewcluster` (or the standalone), so a bookie
+    #: pointed at a mistyped metadata URI fails instead of founding a cluster of its own
+    auto_init_cluster: bool = False
+    #: at start, retry a metadata store that fails (restarting, sqlite's "database is locked")
+    #: with backoff for this many seconds before giving up; 0 = fail at the first error
+    metadata_start_retry_s: float = 30.0
+    #: turn read-only past this fraction of disk used, writable again below the low-water mark
+    disk_usage_threshold: float = 0.95
+    #: writable again once disk usage falls below this fraction
+    disk_usage_lwm: float = 0.90
+    #: how often the disk checker looks at usage
+    disk_check_interval_ms: int = 10_000
+    #: admin HTTP port; 0 disables it (the BookKeeper default)
+    http_port: int = 0
+    #: address the admin HTTP server binds to
+    http_address: str = "127.0.0.1"
+    #: the [bookie.http] table: admin HTTP credentials (token, mutual TLS, anonymous reads)
+    http: AdminHttpConfig = dataclasses.field(default_factory=AdminHttpConfig)
+    #: the [bookie.journal] table
+    journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
+    #: the [bookie.autorecovery] table
+    autorecovery: AutoRecoveryConfig = dataclasses.field(default_factory=AutoRecoveryConfig)
+    #: options for the transport plugin (TLS files, CURVE keys, ...)
+    transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options for the storage engine plugin
+    storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options for the metadata store plugin (session timeouts, credentials, ...)
+    metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: milliseconds between garbage collections of deleted ledgers (<= 0 disables; gcWaitTime)
+    gc_wait_time_ms: int = 900_000
+    #: minor compaction rewrites entry logs with less than this live fraction (<= 0 disables)
+    minor_compaction_threshold: float = 0.2
+    #: seconds between minor compactions
+    minor_compaction_interval_s: int = 3600
+    #: major compaction rewrites entry logs with less than this live fraction (<= 0 disables)
+    major_compaction_threshold: float = 0.8
+    #: seconds between major compactions
+    major_compaction_interval_s: int = 86400
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not self.metadata:
+            problems.append("'metadata' is required, e.g. metadata = \"sqlite:///var/lib/ledgerstore/meta.db\"")
+        elif "://" not in self.metadata:
+            problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
+        problems.extend(address_problems("listen", self.listen, allow_any_port=True))
+        if self.advertised_address:
+            problems.extend(address_problems("advertised_address", self.advertised_address))
+        if self.http_port and not 1 <= self.http_port <= MAX_PORT:
+            problems.append(f"'http_port' = {self.http_port} must be between 1 and {MAX_PORT} (0 disables it)")
+        for name in ("disk_check_interval_ms", "minor_compaction_interval_s", "major_compaction_interval_s",
+                     "journal.max_file_size_mb"):
+            obj, _, attr = name.rpartition(".")
+            if getattr(self.journal if obj else self, attr) <= 0:
+                problems.append(f"'{name}' must be positive")
+        if self.journal.max_group_wait_ms < 0:
+            problems.append("'journal.max_group_wait_ms' must be >= 0")
+        if self.journal.max_backups < 0:
+            problems.append("'journal.max_backups' must be >= 0")
+        if self.metadata_start_retry_s < 0:
+            problems.append("'metadata_start_retry_s' must be >= 0 (0 = no retry)")
+        if not self.ledger_dirs:
+            problems.append("'ledger_dirs' must name at least one directory")
+        if not 0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1:
+            problems.append("need 0 < disk_usage_lwm <= disk_usage_threshold <= 1")
+        if self.journal.max_group_bytes <= 0:
+            problems.append("'journal.max_group_bytes' must be positive")
+        if self.flush_interval_ms <= 0:
+            problems.append("'flush_interval_ms' must be positive")
+        if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
+            problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "
+                            f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024})")
+        elif self.max_unfinished_frame_bytes < self.max_frame_size:
+            problems.append(f"'max_unfinished_frame_bytes' = {self.max_unfinished_frame_bytes} must be at least "
+                            f"'max_frame_size' ({self.max_frame_size}), or no frame of the largest size could arrive")
+        if self.unfinished_frame_timeout_s <= 0:
+            problems.append("'unfinished_frame_timeout_s' must be positive")
+        for name in ("max_adds_in_flight_per_connection", "max_long_poll_waiters",
+                     "max_long_poll_waiters_per_connection", "max_requests_awaiting_metadata"):
+            if getattr(self, name) < 1:
+                problems.append(f"'{name}' must be at least 1")
+        problems.extend(self.autorecovery.validate())
+        problems.extend(self.http.validate())
+        return problems
+
+
+@dataclasses.dataclass
+class ClientConfig:
+    """A client. ``metadata`` is required."""
+
+    #: metadata store URI of the cluster (required)
+    metadata: str = ""
+    #: default ensemble size E of new ledgers
+    ensemble: int = 3
+    #: default write quorum Qw (E >= Qw)
+    write_quorum: int = 2
+    #: default ack quorum Qa (Qw >= Qa >= 1)
+    ack_quorum: int = 2
+    #: default digest: crc32c, crc32, hmac-sha256 or none
+    digest: str = "crc32c"
+    #: placement policy plugin: random, rack-aware, region-aware, disk-aware
+    placement: str = "random"
+    #: options of the placement policy (e.g. min_racks_per_write_quorum)
+    placement_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: seconds before an add to one bookie counts as failed (addEntryTimeout)
+    add_timeout_s: float = 10.0
+    #: seconds before a read from one bookie counts as failed (readEntryTimeout)
+    read_timeout_s: float = 5.0
+    #: ask the next replica when the first has not answered within this (0 disables)
+    speculative_read_timeout_ms: int = 2000
+    #: adds outstanding before append blocks (throttle); 0 = unlimited
+    max_outstanding_adds: int = 100_000
+    #: replace a failed bookie by an ensemble change instead of failing the add
+    ensemble_change: bool = True
+    #: keep the ledger password in its metadata so auto-recovery can re-replicate and fence it
+    #: (BookKeeper's storePasswordInMetadata)
+    store_password_in_metadata: bool = True
+    #: largest wire frame, in bytes (match the bookies')
+    max_frame_size: int = 5 * 1024 * 1024
+    #: transport options, per scheme: { "tcp+tls" = { ca_file = ... }, zmq = { curve_server_public_key = ... } }
+    transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: options of the metadata store plugin (session_timeout, credentials, ...)
+    metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not self.metadata:
+            problems.append("'metadata' is required, e.g. metadata = \"sqlite:///var/lib/ledgerstore/meta.db\"")
+        if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            problems.append(
+                f"need ensemble >= write_quorum >= ack_quorum >= 1, got {self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+            )
+        from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type
+
+        if normalize_digest_type(self.digest) not in DIGEST_TYPES:
+            problems.append(f"'digest' = {self.digest!r}; choose one of {', '.join(DIGEST_TYPES)}")
+        if not MIN_FRAME_SIZE <= self.max_frame_size <= MAX_FRAME_SIZE:
+            problems.append(f"'max_frame_size' = {self.max_frame_size} must be between {MIN_FRAME_SIZE} and "
+                            f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024}; match the bookies')")
+        if self.metadata and "://" not in self.metadata:
+            problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
+        for name in ("add_timeout_s", "read_timeout_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"'{name}' must be positive")
+        for name in ("speculative_read_timeout_ms", "max_outstanding_adds"):
+            if getattr(self, name) < 0:
+                problems.append(f"'{name}' must be >= 0 (0 disables it)")
+        return problems
+
+
+MAX_PORT = 65535
+
+
+def address_problems(option: str, address: str, allow_any_port: bool = False) -> list[str]:
+    """Problems of a ``scheme://host:port`` option: no scheme, no port, or a port out of range
+    (``allow_any_port``: 0 asks for any free port)."""
+    scheme, sep, rest = address.partition("://")
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not sep or not scheme or not colon or not host or not port.isdigit():
+        return [f"'{option}' = {address!r} is not an address like tcp://127.0.0.1:3181"]
+    low = 0 if allow_any_port else 1
+    if not low <= int(port) <= MAX_PORT:
+        return [f"'{option}' = {address!r}: port {port} is not between {low} and {MAX_PORT}"]
+    return []
