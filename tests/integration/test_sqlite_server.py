@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import signal
 import socket
 import sqlite3
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +52,8 @@ class Client:
             [sys.executable, str(CLIENT), str(db), mode, str(ttl)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
         self.session = int(self.expect("ready").split()[1])
 
     def send(self, line: str) -> None:
@@ -57,12 +61,23 @@ class Client:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
-    def expect(self, prefix: str) -> str:
+    def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the client printed no {prefix!r} line within {timeout}s") from None
+            if line is None:
+                raise AssertionError(f"client exited (code {self.proc.wait(10)}) before printing {prefix!r}")
             if line.startswith(prefix):
                 return line.strip()
-        raise AssertionError(f"client exited (code {self.proc.wait(10)}) before printing {prefix!r}")
 
     def state(self) -> str:
         with open(f"/proc/{self.proc.pid}/stat") as fh:
