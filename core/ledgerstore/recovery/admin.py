@@ -9,17 +9,15 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ledgerstore.client.client import Client
 from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
 from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.recovery.markers import UnderReplicationManager
 from ledgerstore.recovery.worker import ReplicationWorker
-
-if TYPE_CHECKING:
-    from ledgerstore.client.client import Client
-    from ledgerstore.meta.ledgers import LedgerMetadata
 
 #: ``progress(done, total)``: ledgers no longer referencing the bookie out of those that did
 Progress = Callable[[int, int], None]
