@@ -82,3 +82,16 @@ def test_a_dropped_request_times_out_and_a_lost_connection_fails_what_is_in_flig
             await pending
 
     run_in_memory(tmp_path, test)
+
+
+def test_a_channel_reconnects_after_a_lost_connection_and_fails_fast_for_an_unreachable_bookie(
+        tmp_path: Path) -> None:
+    async def test(ctx: MemoryContext) -> None:
+        bc = ctx.bookie_client
+        await bc.recovery_add("b0", LID, 0, KEY, signed(0), 5)
+        await ctx.pool.get("b0").close()
+        assert await bc.read("b0", LID, 0, 5) == signed(0)  # through a new connection
+        with pytest.raises(BookieUnavailableError, match="nobody"):
+            await bc.read("nobody", LID, 0, 5)  # no waiting for the timeout
+
+    run_in_memory(tmp_path, test)
