@@ -87,14 +87,17 @@ class Bookie:
 
     @property
     def read_only(self) -> bool:
+        """The bookie takes no adds (but recovery adds while its disks keep a reserve)."""
         return self.state.read_only
 
     @property
     def forced_read_only(self) -> bool:
+        """Read-only was forced by an administrator."""
         return self.state.forced_read_only
 
     @property
     def _registered_event(self) -> asyncio.Event:
+        # the state's registration flag under the name tests of session events use
         return self.state.registered
 
     @property
