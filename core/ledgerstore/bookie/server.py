@@ -15,11 +15,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import BookieInfo, MetadataStore, ServerConnection, SessionEvent, StorageEngine
+from ledgerstore.api import (
+    BookieInfo,
+    MetadataStore,
+    ServerConnection,
+    SessionEvent,
+    StorageEngine,
+    Transport,
+)
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie.compaction import CompactionControl
 from ledgerstore.bookie.cookie_validation import validate_cookie
@@ -55,8 +62,18 @@ log = logging.getLogger(__name__)
 class Bookie:
     """One bookie. ``await start()`` then it serves until ``await stop()``."""
 
-    def __init__(self, config: BookieConfig) -> None:
+    def __init__(self, config: BookieConfig, *, metadata_store: MetadataStore | None = None,
+                 transport: Transport | None = None, engine: StorageEngine | None = None,
+                 journal_factory: Callable[..., Journal[Completion]] = Journal) -> None:
+        """``config`` says what to build. The keyword arguments are seams for embedding and for
+        the deterministic simulation (:mod:`ledgerstore.sim`): a given (unstarted) metadata store,
+        transport or storage engine is used instead of the one the config names, and
+        ``journal_factory`` is called with :class:`Journal`'s arguments to build the journal."""
         self.config = config
+        self._given_store = metadata_store
+        self._given_transport = transport
+        self._given_engine = engine
+        self._journal_factory = journal_factory
         self.listen = config.listen
         self.advertised = config.advertised_address or config.listen
         _, host, port = split_address(self.advertised)
@@ -123,15 +140,19 @@ class Bookie:
         # options, the metadata store, a port) is checked before the cookie is written: a failed
         # start leaves no cookie behind, in the directories or in the metadata store.
         prepare_dirs([("journal_dir", self.journal_dir), *(("ledger_dirs", d) for d in self.ledger_dirs)])
-        engine = load_driver("storage", cfg.storage)(self.ledger_dirs, **cfg.storage_options)
+        engine = self._given_engine or load_driver("storage", cfg.storage)(self.ledger_dirs, **cfg.storage_options)
         if cfg.http_port:
             check_port_free("http_port", cfg.http_address, cfg.http_port)
-        self.store = await start_metadata_store(cfg.metadata, cfg.metadata_options, cfg.metadata_start_retry_s)
+        if self._given_store is not None:
+            self.store = self._given_store
+            await self.store.start()
+        else:
+            self.store = await start_metadata_store(cfg.metadata, cfg.metadata_options, cfg.metadata_start_retry_s)
         self.registry = BookieRegistry(self.store)
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
         scheme = cfg.listen.partition("://")[0]
-        transport = create_transport(scheme, max_frame_size=cfg.max_frame_size, **{
+        transport = self._given_transport or create_transport(scheme, max_frame_size=cfg.max_frame_size, **{
             **cfg.transport,
             "max_unfinished_frame_bytes": cfg.max_unfinished_frame_bytes,
             "unfinished_frame_timeout_s": cfg.unfinished_frame_timeout_s,
@@ -159,7 +180,7 @@ class Bookie:
 
         self.engine = engine
         await asyncio.to_thread(self.engine.open)
-        self.journal = Journal(
+        self.journal = self._journal_factory(
             self.journal_dir,
             self.processor.on_durable,
             on_failed=self.processor.on_journal_failed,

@@ -1,0 +1,12 @@
+"""Deterministic simulation of a whole cluster (``ledgerstore sim``).
+
+The real bookie and client code runs in one process on one event loop whose clock is virtual
+(:mod:`.loop`), over a simulated network (:mod:`.network`), metadata store (:mod:`.metadata`) and
+disks (:mod:`.disk`). One seed decides every choice, so a run replays exactly; its event trace has
+a hash to prove it. :func:`run_seed` runs one schedule and checks the protocol's invariants.
+"""
+
+from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
+from ledgerstore.sim.schedule import FAULT_KINDS, Outcome, run_seed
+
+__all__ = ["FAULT_KINDS", "Outcome", "SimulationStuck", "VirtualTimeLoop", "run_seed"]

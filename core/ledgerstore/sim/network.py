@@ -1,0 +1,266 @@
+"""The ``sim`` transport: frames between simulated processes, with the network's faults.
+
+Every node (a bookie or a client) gets a :class:`SimTransport` bound to its name; all of them
+share one :class:`SimNetwork`, which decides per frame, from the simulation's seeded random
+source, when it arrives and whether it is lost, duplicated or overtaken. Links are directed:
+``partition(a, b)`` cuts both ways, ``partition(a, b, one_way=True)`` only frames from ``a`` to
+``b``. A held node (a paused process) gets and sends nothing until it is released; what was
+sent to or by it arrives afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ledgerstore.api.transport import Connection, FrameHandler, Server, Transport
+from ledgerstore.errors import BookieUnavailableError
+from ledgerstore.proto import codec
+from ledgerstore.sim.trace import Trace
+
+SCHEME = "sim"
+
+
+@dataclasses.dataclass
+class LinkFaults:
+    """What the network does to frames on one directed link (defaults: a healthy LAN)."""
+
+    #: one-way latency bounds, in seconds
+    min_delay: float = 0.0002
+    max_delay: float = 0.002
+    #: probability a frame is lost
+    drop: float = 0.0
+    #: probability a frame is delivered twice
+    duplicate: float = 0.0
+    #: probability a frame may overtake the frames sent before it on its connection
+    reorder: float = 0.0
+
+
+def _describe(frame: bytes) -> str:
+    if len(frame) < codec.HEADER_SIZE:
+        return f"{len(frame)}B"
+    _, op, _, rid = codec.HEADER.unpack_from(frame)
+    try:
+        name = codec.Op(op).name
+    except ValueError:
+        name = str(op)
+    return f"{name}#{rid}"
+
+
+class SimNetwork:
+    """The links between every pair of nodes, the listening servers and the faults."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, rng: random.Random, trace: Trace) -> None:
+        self.loop = loop
+        self.rng = rng
+        self.trace = trace
+        self.default = LinkFaults()
+        self.links: dict[tuple[str, str], LinkFaults] = {}
+        self.cut: set[tuple[str, str]] = set()
+        self.servers: dict[str, _SimServer] = {}
+        #: paused nodes → frames waiting for them to wake up
+        self.held: dict[str, list[Callable[[], None]]] = {}
+        self.sent = 0
+        self.lost = 0
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    def faults(self, src: str, dst: str) -> LinkFaults:
+        """The faults of the link ``src`` → ``dst``."""
+        return self.links.get((src, dst), self.default)
+
+    def set_faults(self, src: str, dst: str, faults: LinkFaults) -> None:
+        self.links[(src, dst)] = faults
+        self.trace("net.faults", f"{src}->{dst} {faults}")
+
+    def partition(self, a: str, b: str, *, one_way: bool = False) -> None:
+        """Lose every frame from ``a`` to ``b`` (and back, unless ``one_way``)."""
+        self.cut.add((a, b))
+        if not one_way:
+            self.cut.add((b, a))
+        self.trace("net.partition", f"{a}{'->' if one_way else '<->'}{b}")
+
+    def reconnect(self, a: str, b: str) -> None:
+        """End the partition between ``a`` and ``b`` (both directions)."""
+        self.cut.discard((a, b))
+        self.cut.discard((b, a))
+        self.trace("net.reconnect", f"{a}<->{b}")
+
+    def clear_faults(self, src: str, dst: str) -> None:
+        """The link ``src`` → ``dst`` is healthy again."""
+        if self.links.pop((src, dst), None) is not None:
+            self.trace("net.clear", f"{src}->{dst}")
+
+    def heal(self) -> None:
+        """Remove every partition and per-link fault."""
+        self.cut.clear()
+        self.links.clear()
+        self.trace("net.heal")
+
+    def hold(self, node: str) -> None:
+        """Pause ``node``: nothing reaches it or leaves it until :meth:`release`."""
+        self.held.setdefault(node, [])
+        self.trace("net.hold", node)
+
+    def release(self, node: str) -> None:
+        """Wake ``node``: what waited for it is delivered now, in order."""
+        waiting = self.held.pop(node, [])
+        self.trace("net.release", f"{node} {len(waiting)} frames")
+        for deliver in waiting:
+            deliver()
+
+    # --- delivery --------------------------------------------------------------------------------
+
+    def transmit(self, link: _Link, frame: bytes) -> None:
+        """Send ``frame`` over ``link`` (its far end gets it later, once, twice or never)."""
+        self.sent += 1
+        if link.src in self.held:
+            self.held[link.src].append(lambda: self.transmit(link, frame))
+            return
+        what = _describe(frame)
+        if (link.src, link.dst) in self.cut:
+            self.lost += 1
+            self.trace("net.cut", f"{link.src}->{link.dst} {what}")
+            return
+        f = self.faults(link.src, link.dst)
+        rng = self.rng
+        if f.drop and rng.random() < f.drop:
+            self.lost += 1
+            self.trace("net.drop", f"{link.src}->{link.dst} {what}")
+            return
+        copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
+        for i in range(copies):
+            at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay)
+            if not (f.reorder and rng.random() < f.reorder):
+                at = max(at, link.last_arrival)  # a connection keeps order unless told otherwise
+            link.last_arrival = at
+            if i:
+                self.trace("net.dup", f"{link.src}->{link.dst} {what}")
+            self.loop.call_at(at, self._arrive, link, frame, what)
+
+    def _arrive(self, link: _Link, frame: bytes, what: str) -> None:
+        if link.dst in self.held:
+            self.held[link.dst].append(lambda: self._arrive(link, frame, what))
+            return
+        if link.closed:
+            return
+        link.receive(frame)
+
+
+class _Link:
+    """One direction of one connection."""
+
+    def __init__(self, src: str, dst: str, receive: Callable[[bytes], None]) -> None:
+        self.src = src
+        self.dst = dst
+        self.receive = receive
+        self.last_arrival = 0.0
+        self.closed = False
+
+
+class _ServerSide:
+    """What a bookie sees of one client connection (a :class:`ServerConnection`)."""
+
+    def __init__(self, conn: _ClientConnection, peer: str) -> None:
+        self.peer = peer
+        self._conn = conn
+
+    def send(self, frame: bytes) -> None:
+        if not self._conn.is_closed:
+            self._conn.network.transmit(self._conn.down, frame)
+
+    def close(self) -> None:
+        self._conn.break_off(None)
+
+
+class _ClientConnection(Connection):
+    def __init__(self, network: SimNetwork, client: str, server: _SimServer,
+                 on_frames: Callable[[Sequence[bytes]], None],
+                 on_close: Callable[[BaseException | None], None]) -> None:
+        self.network = network
+        self.server = server
+        self._on_close = on_close
+        self._closed = False
+        self.side = _ServerSide(self, client)
+        self.up = _Link(client, server.node, lambda f: server.handler.frames_received(self.side, [f]))
+        self.down = _Link(server.node, client, lambda f: on_frames([f]))
+
+    def send(self, frame: bytes) -> None:
+        if self._closed:
+            raise BookieUnavailableError(f"connection to {self.server.address} is closed")
+        self.network.transmit(self.up, frame)
+
+    async def drain(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.break_off(None)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def break_off(self, error: BaseException | None) -> None:
+        """End the connection on both sides (a crash, a close): each side hears of it once."""
+        if self._closed:
+            return
+        self._closed = True
+        self.up.closed = self.down.closed = True
+        self.server.connections.pop(self, None)
+        self.server.handler.connection_lost(self.side)
+        self.network.loop.call_soon(self._on_close, error)
+
+
+class _SimServer(Server):
+    def __init__(self, network: SimNetwork, node: str, address: str, handler: FrameHandler) -> None:
+        self.network = network
+        self.node = node
+        self._address = address
+        self.handler = handler
+        self.connections: dict[_ClientConnection, None] = {}  # insertion order: deterministic
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    async def close(self) -> None:
+        self.crash()
+
+    def crash(self) -> None:
+        """Stop listening and break every connection (the process is gone)."""
+        if self.network.servers.get(self._address) is self:
+            del self.network.servers[self._address]
+        for conn in list(self.connections):
+            conn.break_off(BookieUnavailableError(f"{self._address} went away"))
+
+
+class SimTransport(Transport):
+    """The transport of one simulated node (``node`` names it on the network)."""
+
+    schemes = (SCHEME,)
+
+    def __init__(self, network: SimNetwork, node: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.network = network
+        self.node = node
+
+    async def connect(self, address: str, on_frames: Callable[[Sequence[bytes]], None],
+                      on_close: Callable[[BaseException | None], None]) -> Connection:
+        net = self.network
+        await asyncio.sleep(net.rng.uniform(net.default.min_delay, net.default.max_delay))
+        server = net.servers.get(address)
+        if server is None or (self.node, server.node) in net.cut or (server.node, self.node) in net.cut:
+            net.trace("net.refused", f"{self.node}->{address}")
+            raise BookieUnavailableError(f"cannot connect to {address}: nothing listens there (simulated)")
+        conn = _ClientConnection(net, self.node, server, on_frames, on_close)
+        server.connections[conn] = None
+        net.trace("net.connect", f"{self.node}->{server.node}")
+        return conn
+
+    async def serve(self, address: str, handler: FrameHandler) -> Server:
+        server = _SimServer(self.network, self.node, address, handler)
+        self.network.servers[address] = server
+        return server

@@ -1,0 +1,361 @@
+"""One simulated run: a workload, a fault schedule and the invariants, all from one seed.
+
+The workload: a writer appends to a ledger (pipelined); at a random time a recoverer opens the
+ledger with recovery (fence, recover the tail, close) while the writer may still be writing or
+paused. Faults are drawn from the seed (:func:`draw_faults`). At the end the world is healed
+(partitions removed, paused processes woken, crashed bookies restarted) and the invariants of
+``DESIGN.md`` are checked (:func:`check_ledger`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import random
+from typing import Any
+
+from ledgerstore.client.client import Client
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
+from ledgerstore.sim.network import LinkFaults
+from ledgerstore.sim.world import World
+
+log = logging.getLogger(__name__)
+
+#: every kind of fault a schedule may draw
+FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail")
+PASSWORD = b"sim"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """One scheduled fault: at ``at`` seconds, ``kind`` on ``target`` for ``hold`` seconds."""
+
+    at: float
+    kind: str
+    target: tuple[str, ...]
+    hold: float
+    params: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass
+class Outcome:
+    """The result of one seed."""
+
+    seed: int
+    trace_hash: str
+    violations: list[str]
+    trace: list[str]
+    stats: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclasses.dataclass
+class _Writer:
+    """What the writer saw: acknowledged entries in the order acks arrived."""
+
+    acked: dict[int, bytes] = dataclasses.field(default_factory=dict)
+    order: list[int] = dataclasses.field(default_factory=list)
+    failed: BaseException | None = None
+    outstanding: int = 0
+    awake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+def draw_faults(rng: random.Random, nodes: list[str], bookies: list[str], duration: float,
+                kinds: tuple[str, ...] = FAULT_KINDS, mean_gap: float = 4.0) -> list[Fault]:
+    """The fault schedule of a run (a pure function of ``rng``'s state)."""
+    out: list[Fault] = []
+    t = 0.0
+    if not kinds:
+        return out
+    while True:
+        t += rng.expovariate(1.0 / mean_gap)
+        if t > duration * 0.9:
+            return out
+        kind = rng.choice(kinds)
+        hold = rng.uniform(0.5, 15.0)
+        if kind == "lossy-link":
+            a, b = rng.sample(nodes, 2)
+            params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
+                      rng.choice((0.002, 0.05, 0.5, 3.0)))
+            out.append(Fault(t, kind, (a, b), hold, params))
+        elif kind == "partition":
+            a, b = rng.sample(nodes, 2)
+            out.append(Fault(t, kind, (a, b), hold, (float(rng.random() < 0.5),)))
+        elif kind == "pause-writer":
+            out.append(Fault(t, kind, ("writer",), rng.uniform(1.0, 30.0)))
+        elif kind == "metadata-fail":
+            out.append(Fault(t, kind, (rng.choice(("writer", "recoverer")),), 0.0, (float(rng.randint(1, 3)),)))
+        else:  # crash, expire-session
+            out.append(Fault(t, kind, (rng.choice(bookies),), hold))
+
+
+class _Run:
+    def __init__(self, world: World, duration: float, kinds: tuple[str, ...]) -> None:
+        self.world = world
+        self.loop = world.loop
+        self.duration = duration
+        self.kinds = kinds
+        self.rng = world.rng_for("schedule")
+        self.violations: list[str] = []
+        self.writer = _Writer()
+        self.recovered: LedgerMetadata | None = None
+        self.ledger_id = -1
+        self.max_down = 2
+        self.stats: dict[str, Any] = {}
+
+    def violation(self, text: str) -> None:
+        self.world.trace("VIOLATION", text)
+        self.violations.append(text)
+
+    # --- the writer ------------------------------------------------------------------------------
+
+    def _acked(self, fut: asyncio.Future[int], payload: bytes) -> None:
+        w = self.writer
+        w.outstanding -= 1
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if w.failed is None:
+                w.failed = exc
+                self.world.trace("writer.failed", type(exc).__name__)
+            return
+        eid = fut.result()
+        self.world.trace("writer.ack", str(eid))
+        if w.order and eid <= w.order[-1]:
+            self.violation(f"ack of entry {eid} after the ack of entry {w.order[-1]} (acks out of order)")
+        w.order.append(eid)
+        w.acked[eid] = payload
+
+    async def write(self, client: Client, until: float) -> None:
+        rng = self.world.rng_for("writer")
+        w = self.writer
+        w.awake.set()
+        e = self.world.bookies
+        ens = rng.randint(min(3, len(e)), min(4, len(e)))
+        qw = rng.randint(min(2, ens), ens)
+        qa = rng.randint(max(1, qw - 1), qw)
+        lh = await client.create_ledger(ens, qw, qa, password=PASSWORD)
+        self.ledger_id = lh.ledger_id
+        self.stats["quorums"] = f"{ens}/{qw}/{qa}"
+        self.world.trace("writer.created", f"ledger {lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
+        window = rng.randint(1, 16)
+        i = 0
+        while self.loop.time() < until and w.failed is None:
+            await w.awake.wait()
+            while w.outstanding >= window and w.failed is None:
+                await asyncio.sleep(0.01)
+            if w.failed is not None:
+                break
+            payload = f"{self.world.seed}:{i}".encode()
+            i += 1
+            try:
+                fut = lh.append_async(payload)
+            except LedgerStoreError as exc:
+                w.failed = exc
+                self.world.trace("writer.refused", type(exc).__name__)
+                break
+            w.outstanding += 1
+            fut.add_done_callback(functools.partial(self._acked, payload=payload))
+            await asyncio.sleep(rng.expovariate(1 / 0.15))
+
+    # --- recovery --------------------------------------------------------------------------------
+
+    async def recover(self, client: Client, at: float, attempts: int) -> None:
+        await asyncio.sleep(max(0.0, at - self.loop.time()))
+        while self.ledger_id < 0:
+            await asyncio.sleep(0.5)
+        for attempt in range(attempts):
+            try:
+                rh = await asyncio.wait_for(client.open_ledger(self.ledger_id, PASSWORD, recovery=True), 120)
+            except (LedgerStoreError, TimeoutError) as exc:
+                self.world.trace("recovery.failed", f"attempt {attempt}: {type(exc).__name__}")
+                await asyncio.sleep(2.0)
+                continue
+            self.recovered = rh.metadata
+            self.world.trace("recovery.closed", f"last entry {rh.metadata.last_entry_id}")
+            return
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    async def inject(self, faults: list[Fault]) -> None:
+        for f in faults:
+            await asyncio.sleep(max(0.0, f.at - self.loop.time()))
+            self.apply(f)
+
+    def apply(self, f: Fault) -> None:
+        w = self.world
+        net = w.net
+        later = self.loop.call_later
+        if f.kind == "lossy-link":
+            a, b = f.target
+            drop, dup, reorder, delay = f.params
+            net.set_faults(a, b, LinkFaults(max_delay=delay, drop=drop, duplicate=dup, reorder=reorder))
+            later(f.hold, net.clear_faults, a, b)
+        elif f.kind == "partition":
+            a, b = f.target
+            net.partition(a, b, one_way=bool(f.params[0]))
+            later(f.hold, net.reconnect, a, b)
+        elif f.kind == "pause-writer":
+            if "writer" in net.held:
+                return
+            net.hold("writer")
+            self.writer.awake.clear()
+            later(f.hold, self._wake_writer)
+        elif f.kind == "metadata-fail":
+            w.meta.fail_writes(f.target[0], int(f.params[0]))
+        elif f.kind == "expire-session":
+            node = w.bookie(f.target[0])
+            if node.store is not None and node.running:
+                node.store.expire_session()
+        elif f.kind == "crash":
+            node = w.bookie(f.target[0])
+            down = sum(not x.running for x in w.bookies)
+            if node.running and down < self.max_down:
+                node.crash()
+                later(f.hold, self._schedule_restart, node.name)
+
+    def _wake_writer(self) -> None:
+        self.world.net.release("writer")
+        self.writer.awake.set()
+
+    def _schedule_restart(self, name: str) -> None:
+        self.loop.create_task(self._restart(name))
+
+    async def _restart(self, name: str) -> None:
+        b = self.world.bookie(name)
+        if not b.running:
+            try:
+                await b.start()
+            except LedgerStoreError as exc:
+                self.violation(f"{name} did not restart: {exc}")
+
+    async def heal(self) -> None:
+        """End every fault: the cluster is healthy and quiet for the final checks."""
+        w = self.world
+        w.net.heal()
+        w.meta.failing.clear()
+        for node in list(w.net.held):
+            w.net.release(node)
+        self.writer.awake.set()
+        for b in w.bookies:
+            if not b.running:
+                await self._restart(b.name)
+
+
+async def _scenario(run: _Run) -> None:
+    w = run.world
+    loop = run.loop
+    d = run.duration
+    await w.start_bookies()
+    writer = await w.client("writer").start()
+    recoverer = await w.client("recoverer").start()
+    nodes = ["writer", "recoverer", *(b.name for b in w.bookies)]
+    faults = draw_faults(run.rng, nodes, [b.name for b in w.bookies], d, run.kinds)
+    w.trace("schedule", f"{len(faults)} faults")
+    tasks = [
+        loop.create_task(run.write(writer, d), name="writer"),
+        loop.create_task(run.inject(faults), name="faults"),
+    ]
+    rec = loop.create_task(run.recover(recoverer, run.rng.uniform(0.3 * d, 0.8 * d), 1_000), name="recovery")
+    await asyncio.sleep(d)
+    tasks[1].cancel()
+    await run.heal()
+    w.trace("healed")
+    # let the writer's last adds settle (answered, failed or timed out) before judging them
+    deadline = loop.time() + 120
+    while (run.writer.outstanding or not tasks[0].done()) and loop.time() < deadline:
+        await asyncio.sleep(0.5)
+    if not tasks[0].done():
+        run.violation("the writer's adds neither succeeded nor failed within 120s of a healthy cluster")
+    elif tasks[0].exception() is not None and not isinstance(tasks[0].exception(), LedgerStoreError):
+        exc = tasks[0].exception()
+        run.violation(f"writer raised {exc!r}")
+    if run.recovered is None:
+        rec.cancel()
+        await run.recover(recoverer, 0, 10)
+    if run.recovered is None:
+        run.violation(f"ledger {run.ledger_id} could not be recovered on a healthy cluster")
+    else:
+        reader = await w.client("reader").start()
+        await check_ledger(run, reader)
+    for t in [*tasks, rec]:
+        t.cancel()
+
+
+async def check_ledger(run: _Run, reader: Client) -> None:
+    """The invariants of one recovered ledger against what the writer saw acknowledged."""
+    md = run.recovered
+    assert md is not None
+    acked = run.writer.acked
+    run.stats["acked"] = len(acked)
+    run.stats["last_entry"] = md.last_entry_id
+    order = run.writer.order
+    if order != list(range(len(order))):
+        run.violation(f"acknowledged entries are not a prefix 0..k: {order[:5]}...")
+    beyond = [e for e in acked if e > md.last_entry_id]
+    if beyond:
+        run.violation(f"entries {beyond[:5]} were acknowledged to the writer but the ledger was closed at "
+                      f"{md.last_entry_id} (ack after fencing, or recovery lost them)")
+    for first, bookies in md.ensembles:
+        if len(set(bookies)) != len(bookies):
+            run.violation(f"fragment at entry {first} names a bookie twice: {bookies}")
+    try:
+        rh = await reader.open_ledger(run.ledger_id, PASSWORD, recovery=True)
+        entries = await rh.read(0, md.last_entry_id) if md.last_entry_id >= 0 else []
+    except LedgerStoreError as exc:
+        run.violation(f"reading ledger {run.ledger_id} 0..{md.last_entry_id} failed: {exc!r}")
+        return
+    got = {e.entry_id: e.payload for e in entries}
+    for eid, payload in acked.items():
+        if eid <= md.last_entry_id and got.get(eid) != payload:
+            run.violation(f"acknowledged entry {eid} reads back as {got.get(eid)!r}, not {payload!r}")
+    engines = {b.bookie_id: b.engine() for b in run.world.bookies}
+    for eid in acked:
+        if eid > md.last_entry_id:
+            continue
+        _, ensemble = md.ensemble_for(eid)
+        holders = [ensemble[i] for i in md.write_set(eid)]
+        have = 0
+        for bid in holders:
+            eng = engines.get(bid)
+            if eng is not None and eid in eng.ledgers.get(run.ledger_id, _NO_LEDGER).entries:
+                have += 1
+        if have < md.ack_quorum:
+            run.violation(f"acknowledged entry {eid} is on {have} of its write set {holders} (Qa {md.ack_quorum})")
+
+
+class _Empty:
+    entries: dict[int, bytes] = {}
+
+
+_NO_LEDGER: Any = _Empty()
+
+
+def run_seed(seed: int, *, bookies: int = 5, duration: float = 60.0,
+             faults: tuple[str, ...] = FAULT_KINDS) -> Outcome:
+    """Run the schedule of ``seed`` to its end and check it. Deterministic: the same arguments
+    give the same trace (and hash)."""
+    loop = VirtualTimeLoop()
+    world = World(seed, loop, bookies)
+    run = _Run(world, duration, faults)
+    try:
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            try:
+                runner.run(_scenario(run))
+            except SimulationStuck as exc:
+                run.violation(f"simulation stuck: {exc}")
+            except LedgerStoreError as exc:
+                run.violation(f"the workload failed on a healthy cluster: {exc!r}")
+    finally:
+        world.close()
+    run.stats["virtual_s"] = round(loop.clock.now, 3)
+    run.stats["frames"] = world.net.sent
+    return Outcome(seed, world.trace.digest(), run.violations, world.trace.lines, run.stats)
