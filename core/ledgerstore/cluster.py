@@ -152,6 +152,9 @@ class LocalCluster:
                 'ledger_dirs = ["ledgers"]\n'
                 f'storage = "{self.storage}"\n'
                 + ("" if "flush_interval_ms" in self.extra else "flush_interval_ms = 10000\n")
+                # with the cluster's own metadata server, a bookie never falls back to opening the file
+                + ('metadata_options = { server = "require" }\n'
+                   if self.metadata_server and "metadata_options" not in self.extra else "")
                 + self.extra
             )
 
