@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ledgerstore.config_schema import (
     MAX_FRAME_SIZE,
@@ -37,7 +37,23 @@ __all__ = [
     "plugin_problems", "to_toml",
 ]
 
-T = TypeVar("T")
+class _Dataclass(Protocol):
+    """A dataclass, as :func:`dataclasses.fields` sees one."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+class _Config(_Dataclass, Protocol):
+    """A config dataclass (BookieConfig or ClientConfig): it validates itself."""
+
+    def validate(self) -> list[str]:
+        """One line per problem; empty when the config is valid."""
+        ...
+
+
+D = TypeVar("D", bound=_Dataclass)
+C = TypeVar("C", bound=_Config)
+
 
 def plugin_problems(kind: str, cfg: Any) -> list[str]:
     """Problems with the plugins a config names: each must be installed and accept its options.
@@ -100,7 +116,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return dict(value)
     if origin in (typing.Union, types.UnionType):
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table, got {type(value).__name__} {value!r}")
         return _build(tp, value, where)
@@ -131,9 +147,9 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+def _build(cls: type[D], data: Mapping[str, Any], where: str) -> D:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(
@@ -173,12 +189,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(
-    cls: type[T],
+    cls: type[C],
     kind: str,
     path: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
-) -> T:
+) -> C:
     """Load ``cls`` (BookieConfig or ClientConfig) from a TOML file (its ``[bookie]``/``[client]``
     table or top level), then environment overrides, then ``overrides``; validate once."""
     data: dict[str, Any] = {}
@@ -213,12 +229,12 @@ def load(
     env = _env_overrides(cls, kind, os.environ if environ is None else environ)
     extra = _merge(env, dict(overrides or {}))
     if extra:
-        merged = _merge(dataclasses.asdict(cfg), extra)  # type: ignore[call-overload]
+        merged = _merge(dataclasses.asdict(cfg), extra)
         try:
             cfg = _build(cls, merged, "")
         except ConfigError as exc:
             raise ConfigError(f"{source} (with environment/overrides): {exc}") from None
-    problems = cfg.validate()  # type: ignore[attr-defined]
+    problems = cfg.validate()
     problems.extend(plugin_problems(kind, cfg))
     from ledgerstore.plugins import hooks
 

@@ -73,7 +73,9 @@ def load_driver(slot: str, name: str) -> type:
             f"the {slot} backend {name!r} is installed but failed to load: {type(exc).__name__}: {exc}"
             f"{hint}"
         ) from exc
-    plugin: type = mgr.driver
+    plugin = mgr.driver
+    if not isinstance(plugin, type):
+        raise PluginError(f"the {slot} backend {name!r} ({namespace}) is {plugin!r}, not a class{hint}")
     return plugin
 
 
@@ -136,6 +138,7 @@ class IsolatingPluginManager(pluggy.PluginManager):
                     if impl.plugin is plugin and not (impl.hookwrapper or impl.wrapper):
                         # pluggy calls impl.function for each implementation in turn: wrapping
                         # it is the one place a failure can be contained per implementation
+                        # (pluggy declares the attribute Final, as nothing else should replace it)
                         impl.function = _isolated(impl.function, plugin_name, caller.name)  # type: ignore[misc]
         return plugin_name
 

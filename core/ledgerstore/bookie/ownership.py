@@ -20,7 +20,7 @@ from ledgerstore.api import MetadataStore
 from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.dirlock import DirLock
 from ledgerstore.errors import LedgerStoreError
-from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.meta.bookies import CookieManager, identity
 from ledgerstore.recovery.markers import UnderReplicationManager
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ class Ownership:
                 remote = self.cookie
             if remote is None:
                 problems = ["its cookie was deleted from the metadata store"]
-            elif cookies.identity(remote) != cookies.identity(self.cookie):
-                problems = [f"the metadata store now names incarnation {cookies.identity(remote)!r} for it, "
-                            f"this process is {cookies.identity(self.cookie)!r}"]
+            elif identity(remote) != identity(self.cookie):
+                problems = [f"the metadata store now names incarnation {identity(remote)!r} for it, "
+                            f"this process is {identity(self.cookie)!r}"]
         if problems:
             self.lost = "; ".join(problems)
         return self.lost

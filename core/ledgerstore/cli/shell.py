@@ -25,6 +25,7 @@ from ledgerstore.cli.shell_local import (
     with_bookie_store,
 )
 from ledgerstore.cli.shell_storage import activeledgers, ledger_index, readlogmetadata
+from ledgerstore.recovery.markers import UnderReplicationManager
 
 T = TypeVar("T")
 
@@ -435,7 +436,7 @@ def metaformat(sc: ShellContext, non_interactive: bool, force: bool, as_json: bo
 
     async def go(client: Any) -> str:
         await _erase_cluster_metadata(client.store)
-        return await ClusterManager(client.store).init()  # type: ignore[no-any-return]
+        return await ClusterManager(client.store).init()
 
     iid = sc.with_client(go, need_cluster=False)
     if as_json:
@@ -741,9 +742,7 @@ shell.add_command(ledger_index)
 # --- auto-recovery -----------------------------------------------------------------------------
 
 
-def _urm(client: Any) -> Any:
-    from ledgerstore.recovery.markers import UnderReplicationManager
-
+def _urm(client: Any) -> UnderReplicationManager:
     return UnderReplicationManager(client.store)
 
 
@@ -795,7 +794,7 @@ def _trigger_audit(sc: ShellContext, replicas: bool, as_json: bool) -> None:
     async def go(client: Any) -> str | None:
         urm = _urm(client)
         await urm.trigger_audit(replicas=replicas)
-        return await urm.auditor()  # type: ignore[no-any-return]
+        return await urm.auditor()
 
     auditor = sc.with_client(go)
     if as_json:
@@ -857,7 +856,7 @@ def autorecovery_switch(sc: ShellContext, enable: bool | None, as_json: bool) ->
         urm = _urm(client)
         if enable is not None:
             await urm.set_enabled(enable)
-        return await urm.is_enabled()  # type: ignore[no-any-return]
+        return await urm.is_enabled()
 
     enabled = sc.with_client(go)
     if as_json:
@@ -889,7 +888,7 @@ def lostbookierecoverydelay(sc: ShellContext, seconds: float | None, clear: bool
                 pass
         if seconds is not None:
             await urm.set_lost_bookie_delay(seconds)
-        return await urm.lost_bookie_delay()  # type: ignore[no-any-return]
+        return await urm.lost_bookie_delay()
 
     value = sc.with_client(go)
     if as_json:

@@ -13,7 +13,8 @@ import asyncio
 import ipaddress
 import socket
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -56,7 +57,18 @@ async def _rewrite_one(client: Any, ledger_id: int, src: str, dest: str) -> bool
     raise LedgerStoreError(f"ledger {ledger_id}: its metadata kept changing; run the command again")
 
 
-def rewrite_bookie_id(ctx_obj: Any, src: str, dest: str, tool: str, per_second: float, limit: int,
+T = TypeVar("T")
+
+
+class ClientRunner(Protocol):
+    """What these commands use of the shell's context object."""
+
+    def with_client(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``fn(client)`` with a connected client and return its result."""
+        ...
+
+
+def rewrite_bookie_id(ctx_obj: ClientRunner, src: str, dest: str, tool: str, per_second: float, limit: int,
                       print_every: float, quiet: bool) -> list[int]:
     """Rewrite ``src`` to ``dest`` in every ledger naming it (at most ``limit``, -1: all), at most
     ``per_second`` ledgers a second (0: no limit), telling progress every ``print_every`` seconds."""
@@ -77,7 +89,7 @@ def rewrite_bookie_id(ctx_obj: Any, src: str, dest: str, tool: str, per_second: 
                 err_console.print(f"{tool}: {len(updated)} ledgers updated so far")
         return updated
 
-    return ctx_obj.with_client(go)  # type: ignore[no-any-return]
+    return ctx_obj.with_client(go)
 
 
 def _update_options(fn: Any) -> Any:

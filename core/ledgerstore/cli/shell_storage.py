@@ -75,7 +75,7 @@ def _find_log(cfg: Any, log_id: str | None, log_file: str | None) -> Path:
         return Path(log_file)
     if log_id is None:
         raise click.UsageError("give -logId ID or -logFilename FILE")
-    name = fmt.log_file_name(_parse_log_id(log_id))
+    name: str = fmt.log_file_name(_parse_log_id(log_id))  # the plugin module is found at run time
     for d in cfg.ledger_dirs:
         path = Path(d) / "current" / name
         if path.exists():

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ledgerstore.errors import LedgerStoreError
 
@@ -128,8 +128,8 @@ def shutdown() -> None:
 
 def _forget_after_fork() -> None:
     # a forked child has the parent's loop object but not its thread: start afresh on first use
-    global _users, _current
-    _lock._at_fork_reinit()  # type: ignore[attr-defined]
+    global _lock, _users, _current
+    _lock = threading.Lock()  # the parent's may have been held by a thread the child does not have
     _current, _users = None, 0
 
 
@@ -159,15 +159,15 @@ def _remaining() -> float | None:
     return None if at is None else max(0.0, at - time.monotonic())
 
 
-class _Call:
+class _Call(Generic[T]):
     """One coroutine submitted to the loop from another thread, cancellable before it starts."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> None:
         self.loop = loop
         self.coro = coro
-        self.result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.result: concurrent.futures.Future[T] = concurrent.futures.Future()
         self.ended = threading.Event()
-        self.task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Task[T] | None = None
         self.abandoned = False
         loop.call_soon_threadsafe(self._start)
 
@@ -180,11 +180,11 @@ class _Call:
         self.task = self.loop.create_task(self.coro)
         self.task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, task: asyncio.Task[T]) -> None:
         if task.cancelled():
             self.result.cancel()
         elif task.exception() is not None:
-            self.result.set_exception(task.exception())  # type: ignore[arg-type]
+            self.result.set_exception(task.exception())
         else:
             self.result.set_result(task.result())
         self.ended.set()
@@ -217,7 +217,7 @@ def run(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = N
         raise LedgerStoreError("the ledgerstore client this object belongs to is closed")
     call = _Call(loop, coro)
     try:
-        return call.result.result(_remaining())  # type: ignore[no-any-return]
+        return call.result.result(_remaining())
     except BaseException as exc:
         if call.result.done():  # the coroutine's own outcome
             raise
@@ -395,7 +395,7 @@ def relay(f: asyncio.Future[T], out: concurrent.futures.Future[T]) -> None:
     if f.cancelled():
         out.cancel()
     elif f.exception() is not None:
-        out.set_exception(f.exception())  # type: ignore[arg-type]
+        out.set_exception(f.exception())
     else:
         out.set_result(f.result())
 
@@ -409,8 +409,8 @@ def _describe(fn: Callable[..., Any], name: str, owner: type, source: Any) -> Ca
     fn.__qualname__ = f"{owner.__qualname__}.{name}"
     fn.__module__ = owner.__module__
     fn.__doc__ = inspect.getdoc(source)
-    fn.__signature__ = inspect.signature(source)  # type: ignore[attr-defined]
-    fn.__mirrored__ = True  # type: ignore[attr-defined]
+    # a function's attributes live in its __dict__ (inspect.signature reads __signature__ there)
+    vars(fn).update(__signature__=inspect.signature(source), __mirrored__=True)
     return fn
 
 

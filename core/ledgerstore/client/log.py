@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
 from ledgerstore.api import MetadataStore
-from ledgerstore.client.ledger import LedgerHandle, ReadHandle
+from ledgerstore.client.ledger import LedgerHandle
+from ledgerstore.client.read import ReadHandle
 from ledgerstore.errors import (
     BadVersionError,
     BookieUnavailableError,
@@ -93,6 +94,12 @@ class LedgerSettings:
     password: bytes = b""
 
 
+def _log_manager(client: LogClient) -> LogManager:
+    # writers and readers are made by a started client, and a started client has its store
+    assert client.store is not None, "the client is not started"
+    return LogManager(client.store)
+
+
 class _Segment:
     """One ledger of this writer's leadership, and the bookkeeping that keeps acknowledgements in
     log order across a roll: entries of a ledger are *held* until every entry of the previous
@@ -138,7 +145,7 @@ class LogWriter:
         self._roll_not_before = 0.0
         self._closers: set[asyncio.Task[None]] = set()
         self._last: Position | None = None
-        self._logs = LogManager(client.store)  # type: ignore[arg-type]
+        self._logs = _log_manager(client)
         self._roll_failure: LedgerStoreError | None = None
         self._newest: asyncio.Future[Position] | None = None
 
@@ -439,7 +446,7 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
         raise InvalidArgumentError(f"roll_size_bytes must be positive, got {roll_size_bytes}")
     if roll_interval_s is not None and roll_interval_s <= 0:
         raise InvalidArgumentError(f"roll_interval_s must be positive, got {roll_interval_s}")
-    logs = LogManager(client.store)  # type: ignore[arg-type]
+    logs = _log_manager(client)
     for attempt in range(OPEN_ATTEMPTS):
         if attempt:
             await asyncio.sleep(random.uniform(0.01, 0.05) * attempt)  # duelling writers: spread out
@@ -509,7 +516,7 @@ async def _recover_ledgers(client: LogClient, logs: LogManager, md: LogMetadata,
 
 async def fence_and_delete_log(client: LogClient, name: str, password: bytes) -> None:
     """Delete a log: fence its tail (so a live writer stops), delete its key by CAS, then its ledgers."""
-    logs = LogManager(client.store)  # type: ignore[arg-type]
+    logs = _log_manager(client)
     while True:
         md = await logs.read(name)
         if md is None:
@@ -538,7 +545,7 @@ async def truncate_log(client: LogClient, name: str, before: Position | tuple[in
     ``deleting`` is cleared, so an interrupted truncation is finished by the next one. The last
     ledger of the log is never deleted."""
     pos = Position.coerce(before)
-    logs = LogManager(client.store)  # type: ignore[arg-type]
+    logs = _log_manager(client)
     while True:
         md = await logs.read(name)
         if md is None:
@@ -604,7 +611,7 @@ class LogReader:
         self.client = client
         self.name = name
         self._password = password
-        self._logs = LogManager(client.store)  # type: ignore[arg-type]
+        self._logs = _log_manager(client)
         self._md = md
         self._idx = index
         self._next = next_entry
@@ -827,7 +834,7 @@ async def open_log_reader(client: LogClient, name: str, start: StartAt, password
     validate_log_name(name)
     if poll_interval_s <= 0 or batch_size < 1:
         raise InvalidArgumentError("poll_interval_s must be positive and batch_size at least 1")
-    md = await LogManager(client.store).read(name)  # type: ignore[arg-type]
+    md = await _log_manager(client).read(name)
     if md is None:
         raise LogError(f"log {name!r} does not exist")
     ids = md.ledger_ids

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ledgerstore.client import client as aio_client
 from ledgerstore.client import ledger as aio_ledger
 from ledgerstore.client import log as aio_log
+from ledgerstore.client import read as aio_read
 from ledgerstore.client._mirror import (
     SyncWrapper,
     acquire,
@@ -73,7 +74,7 @@ class _Inbox:
             submit(item).add_done_callback(functools.partial(relay, out=out))
 
 
-class ReadHandle(SyncWrapper, mirrors=aio_ledger.ReadHandle):
+class ReadHandle(SyncWrapper, mirrors=aio_read.ReadHandle):
     """Synchronous view of :class:`ledgerstore.aio.ReadHandle` (methods generated from it)."""
 
     _attributes = ("ledger_id",)
@@ -81,13 +82,14 @@ class ReadHandle(SyncWrapper, mirrors=aio_ledger.ReadHandle):
     # sync-only conveniences kept from the hand-written facade
     def __iter__(self) -> Iterator[Entry]:
         """Every entry up to the last add confirmed, read in batches."""
-        return self.iter_entries()  # type: ignore[no-any-return,attr-defined]
+        entries: Iterator[Entry] = self.iter_entries()  # generated from the async one
+        return entries
 
     def __enter__(self) -> ReadHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()  # type: ignore[attr-defined]
+        self.close()
 
 
 class LedgerHandle(ReadHandle, mirrors=aio_ledger.LedgerHandle):
@@ -100,11 +102,12 @@ class LedgerHandle(ReadHandle, mirrors=aio_ledger.LedgerHandle):
 
     def _submit(self, item: tuple[bool, Any]) -> asyncio.Future[int]:
         many, what = item
-        return self.aio.append_many_async(what) if many else self.aio.append_async(what)
+        ledger: aio_ledger.LedgerHandle = self.aio
+        return ledger.append_many_async(what) if many else ledger.append_async(what)
 
     def append(self, payload: bytes) -> int:
         """Add an entry; blocks until it is acknowledged and returns its entry id."""
-        return wait_future(self.append_async(payload))  # type: ignore[no-any-return]
+        return wait_future(self.append_async(payload))
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future[int]:
         """Queue an add; the future resolves to the entry id (acks complete in entry order).
@@ -116,7 +119,7 @@ class LedgerHandle(ReadHandle, mirrors=aio_ledger.LedgerHandle):
     def append_many(self, payloads: Sequence[bytes]) -> int:
         """Add many entries (consecutive ids); blocks until all are acknowledged and returns the
         last one's entry id."""
-        return wait_future(self.append_many_async(payloads))  # type: ignore[no-any-return]
+        return wait_future(self.append_many_async(payloads))
 
     def append_many_async(self, payloads: Sequence[bytes]) -> concurrent.futures.Future[int]:
         """Queue many adds; the future resolves to the last one's entry id once all of them are
@@ -136,7 +139,7 @@ class LogWriter(SyncWrapper, mirrors=aio_log.LogWriter):
 
     def append(self, payload: bytes) -> Position:
         """Add an entry; blocks until it is acknowledged and returns its position."""
-        return wait_future(self.append_async(payload))  # type: ignore[no-any-return]
+        return wait_future(self.append_async(payload))
 
     def append_async(self, payload: bytes) -> concurrent.futures.Future[Position]:
         """Queue an add; the future resolves to its position (in position order)."""
@@ -160,9 +163,11 @@ class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
     @property
     def position(self) -> Position | None:
         """Position of the next entry this reader returns (None when it waits for a new ledger)."""
+        reader: aio_log.LogReader = self.aio
         if self._unconsumed:
-            return self._unconsumed[0][0]  # type: ignore[no-any-return]
-        return self.aio.position  # type: ignore[no-any-return]
+            first: tuple[Position, bytes] = self._unconsumed[0]
+            return first[0]
+        return reader.position
 
     def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` next entries in log order; ``[]`` if none is available right now."""
@@ -194,7 +199,8 @@ class Client(SyncWrapper, mirrors=aio_client.Client):
             release()
             raise
 
-    __init__.__signature__ = inspect.signature(aio_client.Client.__init__)  # type: ignore[attr-defined]
+    # a function's attributes live in its __dict__ (inspect.signature reads __signature__ there)
+    vars(__init__)["__signature__"] = inspect.signature(aio_client.Client.__init__)
 
     @classmethod
     def from_config(cls, path: str, **overrides: Any) -> Client:

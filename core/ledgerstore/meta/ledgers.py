@@ -138,7 +138,7 @@ class LedgerMetadata:
             raise MetadataError(f"corrupt ledger metadata: {exc}") from exc
 
     def to_dict(self) -> dict[str, object]:
-        d = json.loads(self.to_bytes())
+        d: dict[str, object] = json.loads(self.to_bytes())
         d["version"] = self.version
         if "password" in d:
             d["password"] = "(stored)"  # printed metadata must not reveal it

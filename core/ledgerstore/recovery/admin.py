@@ -81,10 +81,12 @@ async def recover_bookie(client: Client, bookie_id: str, settings: AutoRecoveryC
     """Re-replicate everything a dead bookie held (only the ledgers ``keep`` accepts, when given),
     with a worker in this process (no auditor needed). The bookie must be down: a live one is
     decommissioned instead."""
-    urm = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+    store = client.store
+    assert store is not None, "the client is not started"
+    urm = UnderReplicationManager(store)
     if bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}:
         raise LedgerStoreError(f"bookie {bookie_id} is registered (alive): stop it first, or use decommissionbookie")
-    cookies = CookieManager(client.store)  # type: ignore[arg-type]
+    cookies = CookieManager(store)
     if await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
         raise BookieNotFoundError(f"no cookie and no ledger names bookie {bookie_id}")
     worker = ReplicationWorker(client, settings, f"recover-{socket.gethostname()}-{os.getpid()}",
@@ -111,8 +113,10 @@ async def decommission_bookie(client: Client, bookie_id: str, settings: AutoReco
     turns itself read-only when it sees that); every ledger naming it is marked until none does;
     the cluster's workers (and, with ``local_worker``, one in this process) do the copying. On
     timeout or interruption the decommission is called off."""
-    urm = UnderReplicationManager(client.store)  # type: ignore[arg-type]
-    cookies = CookieManager(client.store)  # type: ignore[arg-type]
+    store = client.store
+    assert store is not None, "the client is not started"
+    urm = UnderReplicationManager(store)
+    cookies = CookieManager(store)
     registered = bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}
     if not registered and await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
         raise BookieNotFoundError(f"no registration, cookie or ledger names bookie {bookie_id}")

@@ -97,7 +97,8 @@ class ReplicationWorker:
         self.settings = settings
         self.worker_id = worker_id
         self.only = only
-        self.markers = UnderReplicationManager(client.store)  # type: ignore[arg-type]
+        assert client.store is not None, "the client is not started"
+        self.markers = UnderReplicationManager(client.store)
         self.throttle = Throttle(settings.rereplication_entries_per_s)
         self._busy_until: dict[int, float] = {}
         self._wake = asyncio.Event()
@@ -140,7 +141,8 @@ class ReplicationWorker:
     async def _claim_some(self, active: dict[int, asyncio.Task[None]]) -> None:
         ids = await self.markers.ledger_ids()
         random.shuffle(ids)  # workers spread over the markers instead of all racing for the first
-        accept = None if self.only is None else (lambda m: bool(set(m.missing) & self.only))  # type: ignore[operator]
+        only = self.only
+        accept = None if only is None else (lambda m: bool(set(m.missing) & only))
         for lid in ids:
             if len(active) >= self.settings.parallel_ledgers:
                 return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ class StorageEngineConformance:
         raise NotImplementedError("conformance suites need an engine_factory fixture")
 
     @pytest.fixture
-    def engine(self, engine_factory: EngineFactory, tmp_path: Path):  # type: ignore[no-untyped-def]
+    def engine(self, engine_factory: EngineFactory, tmp_path: Path) -> Iterator[StorageEngine]:
         e = engine_factory(tmp_path / "data")
         e.open()
         yield e

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -13,6 +13,9 @@ from ledgerstore.api import ServerConnection, Transport
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 from ledgerstore.testing.capabilities import declares
 from ledgerstore.testing.metadata import run, wait_until
+
+#: what a suite's ``transport_factory`` fixture returns: a new configured transport per call
+TransportFactory = Callable[[], Transport]
 
 
 class EchoHandler:
@@ -61,18 +64,19 @@ class TransportConformance:
     max_frame_size = 1024 * 1024
 
     @pytest.fixture
-    def transport_factory(self):  # type: ignore[no-untyped-def]  # pragma: no cover
+    def transport_factory(self) -> TransportFactory:  # pragma: no cover
         raise NotImplementedError("conformance suites need a transport_factory fixture")
 
     @pytest.fixture
-    def server_transport_factory(self, transport_factory):  # type: ignore[no-untyped-def]
+    def server_transport_factory(self, transport_factory: TransportFactory) -> TransportFactory:
         return transport_factory
 
     @pytest.fixture
     def listen_address(self) -> str:  # pragma: no cover
         raise NotImplementedError("conformance suites need a listen_address fixture")
 
-    def test_echo_in_order_pipelined(self, transport_factory, server_transport_factory, listen_address) -> None:  # type: ignore[no-untyped-def]
+    def test_echo_in_order_pipelined(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
+            listen_address: str) -> None:
         async def main() -> None:
             handler = EchoHandler()
             server = await server_transport_factory().serve(listen_address, handler)
@@ -91,7 +95,8 @@ class TransportConformance:
 
         run(main())
 
-    def test_large_frames_up_to_the_limit(self, transport_factory, server_transport_factory, listen_address) -> None:  # type: ignore[no-untyped-def]
+    def test_large_frames_up_to_the_limit(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
+            listen_address: str) -> None:
         async def main() -> None:
             server = await server_transport_factory().serve(listen_address, EchoHandler())
             try:
@@ -109,7 +114,8 @@ class TransportConformance:
 
         run(main())
 
-    def test_many_clients_are_independent(self, transport_factory, server_transport_factory, listen_address) -> None:  # type: ignore[no-untyped-def]
+    def test_many_clients_are_independent(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
+            listen_address: str) -> None:
         async def main() -> None:
             handler = EchoHandler()
             server = await server_transport_factory().serve(listen_address, handler)
@@ -132,7 +138,8 @@ class TransportConformance:
 
         run(main())
 
-    def test_connect_to_nothing_fails_clearly(self, transport_factory, server_transport_factory, listen_address) -> None:  # type: ignore[no-untyped-def]
+    def test_connect_to_nothing_fails_clearly(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
+            listen_address: str) -> None:
         async def main() -> None:
             server = await server_transport_factory().serve(listen_address, EchoHandler())
             address = server.address
@@ -151,7 +158,8 @@ class TransportConformance:
 
         run(main())
 
-    def test_server_close_is_seen_by_client(self, transport_factory, server_transport_factory, listen_address) -> None:  # type: ignore[no-untyped-def]
+    def test_server_close_is_seen_by_client(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
+            listen_address: str) -> None:
         async def main() -> None:
             server = await server_transport_factory().serve(listen_address, EchoHandler())
             c = await Client().connect(transport_factory(), server.address)
@@ -167,8 +175,8 @@ class TransportConformance:
 
         run(main())
 
-    def test_oversized_frame_drops_its_sender_and_others_are_served(  # type: ignore[no-untyped-def]
-        self, transport_factory, server_transport_factory, listen_address
+    def test_oversized_frame_drops_its_sender_and_others_are_served(
+        self, transport_factory: TransportFactory, server_transport_factory: TransportFactory, listen_address: str
     ) -> None:
         """A peer sending a frame over the server's ``max_frame_size`` is refused before the
         frame is buffered: the frame never reaches the handler, and another client connected
