@@ -280,6 +280,16 @@ class ClientConfig:
     transport: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: options of the metadata store plugin (session_timeout, credentials, ...)
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: seconds between two bookie health checks (bookieHealthCheckIntervalSeconds; 0 disables the
+    #: check). Each check quarantines the bookies with too many errors in the interval, unless
+    #: ``shell healthcheck`` disabled it cluster-wide
+    health_check_interval_s: float = 60.0
+    #: errors (timeouts, lost connections, IO errors; not fencing or missing entries) of one bookie
+    #: in one interval that quarantine it (bookieErrorThresholdPerInterval)
+    bookie_error_threshold_per_interval: int = 100
+    #: seconds a quarantined bookie is left out of new ensembles and replacements while enough
+    #: other bookies exist (bookieQuarantineTimeSeconds)
+    bookie_quarantine_time_s: float = 1800.0
 
     def validate(self) -> list[str]:
         problems = []
@@ -301,9 +311,13 @@ class ClientConfig:
         for name in ("add_timeout_s", "read_timeout_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"'{name}' must be positive")
-        for name in ("speculative_read_timeout_ms", "max_outstanding_adds"):
+        for name in ("speculative_read_timeout_ms", "max_outstanding_adds", "health_check_interval_s"):
             if getattr(self, name) < 0:
                 problems.append(f"'{name}' must be >= 0 (0 disables it)")
+        if self.bookie_error_threshold_per_interval < 1:
+            problems.append("'bookie_error_threshold_per_interval' must be at least 1")
+        if self.bookie_quarantine_time_s <= 0:
+            problems.append("'bookie_quarantine_time_s' must be positive")
         return problems
 
 

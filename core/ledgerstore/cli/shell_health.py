@@ -1,36 +1,18 @@
 """``shell healthcheck``: the cluster-wide switch of the periodic bookie health check, kept in the
-metadata store where BookKeeper keeps it (a ``disableHealthCheck`` node: present = disabled)."""
+metadata store where BookKeeper keeps it (a ``disableHealthCheck`` node: present = disabled). The
+clients' health checks (:mod:`ledgerstore.client.health`) read it at every interval."""
 
 from __future__ import annotations
 
-import json
-import time
 from typing import Any
 
 import click
 
 from ledgerstore.cli.common import emit, handle_errors
 from ledgerstore.cli.shell_local import json_option
-from ledgerstore.errors import NoSuchKeyError
+from ledgerstore.client.health import HEALTH_CHECK_DISABLED, health_check_enabled, set_health_check
 
-#: BookKeeper's node: present = the clients' periodic bookie health check is disabled cluster-wide
-HEALTH_CHECK_DISABLED = "/disableHealthCheck"
-
-
-async def health_check_enabled(store: Any) -> bool:
-    """True unless the health check was disabled cluster-wide (``shell healthcheck -enable false``)."""
-    return await store.get(HEALTH_CHECK_DISABLED) is None
-
-
-async def set_health_check(store: Any, enabled: bool) -> None:
-    """Enable (delete the node) or disable (create it) the periodic health check cluster-wide."""
-    if enabled:
-        try:
-            await store.delete(HEALTH_CHECK_DISABLED)
-        except NoSuchKeyError:
-            pass  # already enabled
-    else:
-        await store.put(HEALTH_CHECK_DISABLED, json.dumps({"disabled_at": time.time()}).encode())
+__all__ = ["HEALTH_CHECK_DISABLED", "health_check_enabled", "healthcheck", "set_health_check"]
 
 
 @click.command("healthcheck")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ledgerstore.client.channel import ChannelPool, ResponseCallback
+from ledgerstore.client.health import BookieHealth
 from ledgerstore.errors import LedgerStoreError, error_for_status
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
@@ -26,8 +27,11 @@ class BookieClient:
     :class:`~ledgerstore.errors.TimeoutError_`, a lost connection
     :class:`~ledgerstore.errors.BookieUnavailableError`."""
 
-    def __init__(self, pool: ChannelPool) -> None:
+    def __init__(self, pool: ChannelPool, health: BookieHealth | None = None) -> None:
         self.pool = pool
+        #: error counts and quarantines of the bookies (BookKeeper's ``getFaultyBookies``); placement
+        #: call sites choose through ``health.new_ensemble`` and ``health.replace_bookie``
+        self.health = health if health is not None else BookieHealth()
 
     async def _call(self, bookie_id: str, frame_of: Callable[[int], bytes], timeout: float, what: str) -> codec.Response:
         resp = await self.pool.get(bookie_id).request(frame_of, timeout)

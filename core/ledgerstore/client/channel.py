@@ -21,6 +21,8 @@ ResponseCallback = Callable[[codec.Response | None, BaseException | None], None]
 Resolver = Callable[[str], Any]  # async (bookie_id) -> endpoint URI
 FramesCallback = Callable[[Sequence[bytes]], None]
 CloseCallback = Callable[[BaseException | None], None]
+#: told of every failed request: the bookie, and the exception or the non-OK status it answered
+ErrorHook = Callable[[str, BaseException | int], None]
 
 
 class ConnectInterceptor(Protocol):
@@ -84,7 +86,13 @@ class BookieChannel:
             else:
                 fut.set_result(resp)  # type: ignore[arg-type]
 
+        def forget_if_cancelled(f: asyncio.Future[codec.Response]) -> None:
+            # the caller gave up (a cancelled long poll): its answer is not awaited any more
+            if f.cancelled():
+                self._pending.pop(rid, None)
+
         rid = self.next_rid()
+        fut.add_done_callback(forget_if_cancelled)
         self.send(rid, build(rid), done, timeout)
         return fut
 
@@ -125,6 +133,8 @@ class BookieChannel:
                 return
             cb = pending.pop(resp.request_id, None)
             if cb is not None:
+                if resp.status and self.pool.on_error is not None:
+                    self.pool.on_error(self.bookie_id, resp.status)
                 cb(resp, None)
 
     def _on_close(self, exc: BaseException | None) -> None:
@@ -133,12 +143,18 @@ class BookieChannel:
         self._deadlines.clear()
         err = BookieUnavailableError(f"connection to bookie {self.bookie_id} lost" + (f": {exc}" if exc else ""))
         for cb in pending.values():
+            self._count_error(err)
             cb(None, err)
 
     def _fail(self, rid: int, exc: BaseException) -> None:
         cb = self._pending.pop(rid, None)
         if cb is not None:
+            self._count_error(exc)
             cb(None, exc)
+
+    def _count_error(self, exc: BaseException) -> None:
+        if self.pool.on_error is not None:
+            self.pool.on_error(self.bookie_id, exc)
 
     def _sweep(self) -> None:
         self._sweeper = None
@@ -171,7 +187,8 @@ class ChannelPool:
     """Channels to every bookie a client talks to, and the transports they use."""
 
     def __init__(self, resolve: Resolver, transport_options: dict[str, Any], max_frame_size: int,
-                 reconnect_backoff: float = 0.5) -> None:
+                 reconnect_backoff: float = 0.5, *, transports: Sequence[Transport] = (),
+                 on_error: ErrorHook | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.resolve = resolve
         self.transport_options = transport_options
@@ -179,6 +196,10 @@ class ChannelPool:
         self.reconnect_backoff = reconnect_backoff
         self._channels: dict[str, BookieChannel] = {}
         self._transports: dict[str, Transport] = {}
+        for t in transports:  # plugin instances given by the caller serve the schemes they declare
+            self.use_transport(t)
+        #: the bookie health check's error counter (see :mod:`ledgerstore.client.health`)
+        self.on_error = on_error
         #: when set, every new connection goes through it (see :class:`ConnectInterceptor`)
         self.interceptor: ConnectInterceptor | None = None
 
@@ -195,6 +216,11 @@ class ChannelPool:
         if ch is None:
             ch = self._channels[bookie_id] = BookieChannel(self, bookie_id)
         return ch
+
+    def use_transport(self, transport: Transport) -> None:
+        """Serve the schemes ``transport`` declares with this instance instead of one built from
+        the options."""
+        self._transports.update(dict.fromkeys(transport.schemes, transport))
 
     def transport_for(self, endpoint: str) -> Transport:
         scheme = endpoint.partition("://")[0]

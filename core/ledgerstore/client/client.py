@@ -12,6 +12,7 @@ from typing import Any
 from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy, Transport
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
+from ledgerstore.client.health import BookieHealth, HealthChecker
 from ledgerstore.client.ledger import LedgerHandle
 from ledgerstore.client.log import (
     LedgerSettings,
@@ -91,11 +92,17 @@ class Client:
         await self.store.start()
         self.ledgers = LedgerManager(self.store)
         self.registry = BookieRegistry(self.store)
-        self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size)
-        if self._given_transport is not None:
-            self.pool._transports.update(dict.fromkeys(self._given_transport.schemes, self._given_transport))
+        #: error counts and quarantines of the bookies; the health checker acts on them
+        self.health = BookieHealth()
+        self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size,
+                                transports=() if self._given_transport is None else (self._given_transport,),
+                                on_error=self.health.record_error)
         #: typed requests to bookies, for ledger handles and recovery (see :mod:`.context`)
-        self.bookie_client = BookieClient(self.pool)
+        self.bookie_client = BookieClient(self.pool, self.health)
+        cfg = self.config
+        self.health_checker = HealthChecker(self.health, self.store, cfg.health_check_interval_s,
+                                            cfg.bookie_error_threshold_per_interval, cfg.bookie_quarantine_time_s)
+        self.health_checker.start()
         self._started = True
         notify("ledgerstore_client_started", client=self)
         return self
@@ -105,6 +112,8 @@ class Client:
             return
         notify("ledgerstore_client_stopping", client=self)
         self._started = False
+        await self.health_checker.stop()
+        self.health.close()
         await self.pool.close()
         assert self.store is not None
         await self.store.close()
@@ -175,7 +184,8 @@ class Client:
                 raise InvalidArgumentError(f"bookies must name {e} distinct bookies, got {bookies}")
             chosen = list(bookies)
         else:
-            chosen = self.placement.new_ensemble(e, qw, qa, await self.bookie_infos(max_age=0))
+            infos = await self.bookie_infos(max_age=0)
+            chosen = self.health.new_ensemble(self.placement, e, qw, qa, infos)
         lid = await self.ledgers.new_ledger_id()
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,

@@ -241,8 +241,12 @@ class ReadHandle:
                     if self._lac > known:
                         break
             finally:
+                # a poll no longer awaited (answered elsewhere, or the caller cancelled) is
+                # withdrawn before returning: none stays pending on its channel
                 for f in pending:
                     f.cancel()
+                if pending:
+                    await asyncio.wait(pending)
         if self._lac <= known:
             await self._refresh_metadata()
         return self._lac
