@@ -377,7 +377,8 @@ class FaultyMetadataStore(MetadataStore):
                     await fault._gate.wait()
                     return
                 self.writes.append((op, key, "failed"))
-                raise fault.error  # type: ignore[misc]
+                assert fault.error is not None  # only a fault that holds has none
+                raise fault.error
         self.writes.append((op, key, "ok"))
 
     async def start(self) -> None:
