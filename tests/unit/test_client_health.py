@@ -5,11 +5,13 @@ that avoids quarantined bookies while enough others exist."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledgerstore.client.health import BookieHealth, HealthChecker, counts_as_error
+from ledgerstore.client.ledger import LedgerHandle
 from ledgerstore.client.metrics import ClientMetrics
 from ledgerstore.errors import (
     BookieIOError,
@@ -20,9 +22,13 @@ from ledgerstore.errors import (
     NotEnoughBookiesError,
     TimeoutError_,
 )
+from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import load_driver
-from ledgerstore.proto.codec import Status
+from ledgerstore.proto.codec import Op, Status
+from ledgerstore.proto.digest import password_check
+from ledgerstore.testing.faults import FaultInjector
 from ledgerstore.testing.placement import make_bookies
+from tests.unit.memory_bookies import MemoryContext, run_in_memory
 
 
 class Clock:
@@ -42,6 +48,15 @@ class SwitchStore:
     async def get(self, key: str) -> Any:
         assert key == "/disableHealthCheck"
         return (b"{}", 1) if self.disabled else None
+
+
+async def new_ledger(ctx: MemoryContext) -> LedgerHandle:
+    """A ledger on b0, b1, b2 whose adds wait for all three (E=Qw=Qa=3)."""
+    lid = await ctx.ledgers.new_ledger_id()
+    md = await ctx.ledgers.create(LedgerMetadata(
+        ledger_id=lid, ensemble_size=3, write_quorum=3, ack_quorum=3, digest_type="crc32c",
+        password_check=password_check(b""), ensembles=[(0, ["b0", "b1", "b2"])]))
+    return LedgerHandle(ctx, md, b"")
 
 
 def health() -> tuple[BookieHealth, Clock, ClientMetrics]:
@@ -148,3 +163,20 @@ def test_new_ensembles_and_replacements_avoid_quarantined_bookies_while_enough_o
         assert set(h.new_ensemble(policy, 5, 2, 2, bookies)) == set(ids)
     with pytest.raises(NotEnoughBookiesError):
         h.new_ensemble(policy, 6, 2, 2, bookies)
+
+
+def test_a_writers_ensemble_change_replaces_a_failed_bookie_with_a_healthy_one_not_a_quarantined_one(
+        tmp_path: Path) -> None:
+    async def test(ctx: MemoryContext) -> None:
+        ctx.bookie_client.health.quarantine("b3", 600)
+        faults = FaultInjector().install(ctx)
+        faults.drop("b1", ops={Op.ADD_BATCH})  # b1 fails every ledger's first add: each changes its ensemble
+        handles = [await new_ledger(ctx) for _ in range(10)]
+        assert await asyncio.gather(*(lh.append(b"x") for lh in handles)) == [0] * 10
+        for lh in handles:
+            md = await ctx.ledgers.read(lh.ledger_id)
+            # b3 or b4 would each be chosen half the time at random; the quarantine leaves only b4
+            assert md.ensembles == [(0, ["b0", "b4", "b2"])], md.ensembles
+            await lh.close()
+
+    run_in_memory(tmp_path, test, names=["b0", "b1", "b2", "b3", "b4"], add_timeout_s=0.3)
