@@ -21,6 +21,7 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
     TimeoutError_,
+    TooManyRequestsError,
 )
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import load_driver
@@ -64,12 +65,13 @@ def health() -> tuple[BookieHealth, Clock, ClientMetrics]:
     return BookieHealth(metrics, clock), clock, metrics
 
 
-def test_timeouts_lost_connections_and_io_errors_count_but_protocol_answers_do_not() -> None:
+def test_timeouts_lost_connections_and_io_errors_count_but_protocol_answers_and_throttling_do_not() -> None:
     for counted in (TimeoutError_("t"), BookieUnavailableError("lost"), BookieIOError("eio"),
-                    Status.IO_ERROR, Status.BAD_REQUEST, Status.TOO_MANY_REQUESTS):
+                    Status.IO_ERROR, Status.BAD_REQUEST):
         assert counts_as_error(counted), counted
-    for answer in (LedgerFencedError("f"), NoSuchEntryError("e"), NoSuchLedgerError("l"), Status.FENCED,
-                   Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.READ_ONLY, Status.UNAUTHORIZED, Status.OK):
+    for answer in (LedgerFencedError("f"), NoSuchEntryError("e"), NoSuchLedgerError("l"), TooManyRequestsError("t"),
+                   Status.FENCED, Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.READ_ONLY, Status.UNAUTHORIZED,
+                   Status.TOO_MANY_REQUESTS, Status.OK):
         assert not counts_as_error(answer), answer
 
 

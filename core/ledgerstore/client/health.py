@@ -27,7 +27,6 @@ from ledgerstore.errors import (
     NoSuchKeyError,
     NotEnoughBookiesError,
     ProtocolError,
-    TooManyRequestsError,
 )
 from ledgerstore.proto.codec import Status
 
@@ -39,12 +38,14 @@ T = TypeVar("T")
 HEALTH_CHECK_DISABLED = "/disableHealthCheck"
 
 #: answers that say something about the request, not about the bookie's health (BookKeeper's
-#: ``expectedBkOperationErrors``): they are never counted
+#: ``expectedBkOperationErrors``), and throttling (a bookie that answers it is alive and sheds
+#: load on purpose): they are never counted
 PROTOCOL_ANSWERS = frozenset({Status.OK, Status.UNAUTHORIZED, Status.BAD_VERSION, Status.FENCED,
-                              Status.READ_ONLY, Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY})
+                              Status.READ_ONLY, Status.TOO_MANY_REQUESTS, Status.NO_SUCH_LEDGER,
+                              Status.NO_SUCH_ENTRY})
 #: failures that count against a bookie: no answer in time, a lost or refused connection, an IO
-#: error, a malformed exchange, throttling
-COUNTED_ERRORS = (BookieUnavailableError, BookieIOError, ProtocolError, TooManyRequestsError)
+#: error, a malformed exchange
+COUNTED_ERRORS = (BookieUnavailableError, BookieIOError, ProtocolError)
 
 
 async def health_check_enabled(store: MetadataStore) -> bool:
