@@ -13,6 +13,7 @@ from ledgerstore.errors import (
     BookieUnavailableError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    ProtocolError,
     TimeoutError_,
     UnauthorizedAccessError,
 )
@@ -20,7 +21,7 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Op, Status
 from ledgerstore.proto.digest import DigestManager
 from ledgerstore.testing.faults import FaultInjector
-from tests.unit.memory_bookies import MemoryContext, run_in_memory
+from tests.unit.memory_bookies import MemoryBookie, MemoryContext, run_in_memory
 
 KEY = b"k" * 20
 LID = 7
@@ -93,5 +94,29 @@ def test_a_channel_reconnects_after_a_lost_connection_and_fails_fast_for_an_unre
         assert await bc.read("b0", LID, 0, 5) == signed(0)  # through a new connection
         with pytest.raises(BookieUnavailableError, match="nobody"):
             await bc.read("nobody", LID, 0, 5)  # no waiting for the timeout
+
+    run_in_memory(tmp_path, test)
+
+
+class AnswersEverythingAsAnAdd(MemoryBookie):
+    """A peer that answers every request, under its request id and with status OK, as if it were
+    an ADD: well-formed frames of the wrong kind."""
+
+    def answer(self, frame: bytes) -> bytes:
+        rid = codec.peek_header(frame)[3]
+        return codec.encode_add_response(rid, Status.OK, LID, 0)
+
+
+def test_an_answer_of_another_operation_is_a_protocol_error_not_a_value(tmp_path: Path) -> None:
+    async def test(ctx: MemoryContext) -> None:
+        ctx.bookies["b0"] = AnswersEverythingAsAnAdd("b0")
+        bc = ctx.bookie_client
+        with pytest.raises(ProtocolError, match="AddResponse, not a ReadLacResponse"):
+            await bc.read_lac("b0", LID, 5)  # not "LAC -1"
+        with pytest.raises(ProtocolError, match="not a ReadResponse"):
+            await bc.read("b0", LID, 0, 5)  # not an empty entry
+        with pytest.raises(ProtocolError, match="not a ListLedgersResponse"):
+            await bc.list_ledgers("b0", 0, 10, 5)  # not "holds no ledgers"
+        await bc.recovery_add("b0", LID, 0, KEY, signed(0), 5)  # the kind it does answer
 
     run_in_memory(tmp_path, test)

@@ -574,11 +574,12 @@ class RequestProcessor:
 
     # --- first master key of a ledger new to this bookie ------------------------------------------
 
-    def _await_metadata(self, conn: ServerConnection, req: codec.Request) -> None:
+    def _await_metadata(self, conn: ServerConnection,
+                        req: codec.AddRequest | codec.AddBatchRequest | codec.ReadRequest | codec.ReadLacRequest) -> None:
         """Hold ``req`` (an add or fence of a ledger new to this bookie) until the metadata store
         says whether the ledger exists: one look-up per ledger, however many requests wait for it.
         Later requests of the ledger find its key recorded and are not delayed."""
-        lid = req.ledger_id  # type: ignore[union-attr]
+        lid = req.ledger_id
         if self.awaiting_count >= self.config.max_requests_awaiting_metadata:
             self._refuse_waiting(conn, req, Status.TOO_MANY_REQUESTS)
             return

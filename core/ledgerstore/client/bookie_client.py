@@ -5,14 +5,16 @@ sends it over the bookie's channel and maps a status other than OK to the matchi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ledgerstore.client.channel import ChannelPool, ResponseCallback
 from ledgerstore.client.health import BookieHealth
-from ledgerstore.errors import LedgerStoreError, error_for_status
+from ledgerstore.errors import LedgerStoreError, ProtocolError, error_for_status
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
 
 ReadItems = tuple[tuple[int, int, bytes], ...]
+R = TypeVar("R", bound=codec.Response)
 
 
 def status_error(bookie_id: str, what: str, status: int) -> LedgerStoreError:
@@ -33,10 +35,14 @@ class BookieClient:
         #: call sites choose through ``health.new_ensemble`` and ``health.replace_bookie``
         self.health = health if health is not None else BookieHealth()
 
-    async def _call(self, bookie_id: str, frame_of: Callable[[int], bytes], timeout: float, what: str) -> codec.Response:
+    async def _call(self, bookie_id: str, frame_of: Callable[[int], bytes], timeout: float, what: str,
+                    kind: type[R]) -> R:
         resp = await self.pool.get(bookie_id).request(frame_of, timeout)
         if resp.status != Status.OK:
             raise status_error(bookie_id, what, resp.status)
+        if not isinstance(resp, kind):
+            raise ProtocolError(f"bookie {bookie_id} answered {what} with a {type(resp).__name__}, "
+                                f"not a {kind.__name__}")
         return resp
 
     def add_batch(self, bookie_id: str, body: bytes, callback: ResponseCallback, timeout: float) -> None:
@@ -53,41 +59,41 @@ class BookieClient:
         key) the read also fences the ledger on that bookie."""
         key, flags = (b"", 0) if fence_key is None else (fence_key, FLAG_FENCE)
         resp = await self._call(bookie_id, lambda rid: codec.encode_read(rid, ledger_id, entry_id, key, flags),
-                                timeout, f"a read of entry {entry_id} of ledger {ledger_id}")
+                                timeout, f"a read of entry {entry_id} of ledger {ledger_id}", codec.ReadResponse)
         return resp.entry
 
     async def read_multi(self, bookie_id: str, ledger_id: int, entry_ids: Sequence[int], timeout: float) -> ReadItems:
         """``(entry id, status, signed bytes)`` for each of ``entry_ids`` (one request)."""
         ids = list(entry_ids)
         resp = await self._call(bookie_id, lambda rid: codec.encode_read_multi(rid, ledger_id, ids), timeout,
-                                f"a read of {len(ids)} entries of ledger {ledger_id}")
-        return resp.items  # type: ignore[return-value]
+                                f"a read of {len(ids)} entries of ledger {ledger_id}", codec.ReadMultiResponse)
+        return resp.items
 
     async def read_lac(self, bookie_id: str, ledger_id: int, timeout: float, *, fence_key: bytes | None = None) -> int:
         """The bookie's last-add-confirmed of the ledger; with ``fence_key`` it fences it too."""
         key, flags = (b"", 0) if fence_key is None else (fence_key, FLAG_FENCE)
         resp = await self._call(bookie_id, lambda rid: codec.encode_read_lac(rid, ledger_id, key, flags), timeout,
-                                f"{'fencing' if flags else 'a LAC read of'} ledger {ledger_id}")
+                                f"{'fencing' if flags else 'a LAC read of'} ledger {ledger_id}", codec.ReadLacResponse)
         return resp.lac
 
     async def long_poll_lac(self, bookie_id: str, ledger_id: int, known: int, wait_s: float, timeout: float) -> int:
         """The LAC as soon as it passes ``known`` on the bookie, or after ``wait_s`` seconds."""
         ms = int(wait_s * 1000)
         resp = await self._call(bookie_id, lambda rid: codec.encode_long_poll_lac(rid, ledger_id, known, ms),
-                                timeout, f"a LAC long poll of ledger {ledger_id}")
+                                timeout, f"a LAC long poll of ledger {ledger_id}", codec.LongPollLacResponse)
         return resp.lac
 
     async def list_ledgers(self, bookie_id: str, first: int, most: int, timeout: float) -> list[tuple[int, int]]:
         """``(ledger id, last entry stored)`` of up to ``most`` ledgers the bookie holds, from
         ledger ``first`` on, in id order."""
         resp = await self._call(bookie_id, lambda rid: codec.encode_list_ledgers(rid, first, most), timeout,
-                                f"a listing of ledgers from {first}")
-        return [(int(item[0]), int(item[1])) for item in resp.items]
+                                f"a listing of ledgers from {first}", codec.ListLedgersResponse)
+        return list(resp.items)
 
     async def recovery_add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, data: bytes,
                            timeout: float) -> None:
         """Store signed ``data`` as entry ``entry_id`` with a recovery add (it passes the fence)."""
         await self._call(
             bookie_id, lambda rid: codec.encode_add(rid, ledger_id, entry_id, master_key, data, FLAG_RECOVERY_ADD),
-            timeout, f"a recovery add of entry {entry_id} of ledger {ledger_id}")
+            timeout, f"a recovery add of entry {entry_id} of ledger {ledger_id}", codec.AddResponse)
 

@@ -306,7 +306,7 @@ class LedgerHandle(ReadHandle):
     def _on_batch_response(self, pas: list[_PendingAdd], idx: int, bid: str, group: _Group | None,
                            resp: codec.Response | None, exc: BaseException | None) -> None:
         observer = self.ack_observer
-        if resp is not None and resp.status == Status.OK and resp.count == len(pas):
+        if isinstance(resp, codec.AddBatchResponse) and resp.status == Status.OK and resp.count == len(pas):
             bit = 1 << idx
             if resp.all_ok:
                 if group is not None:

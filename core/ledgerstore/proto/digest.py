@@ -5,7 +5,10 @@ An entry as stored on bookies and sent on the wire::
     u64 ledger id | u64 entry id | i64 last-add-confirmed | digest (0, 4 or 32 bytes) | payload
 
 The digest covers the 24-byte header and the payload. Types: ``crc32c`` (default), ``crc32``,
-``hmac-sha256`` (keyed with a key derived from the ledger password) and ``none``.
+``hmac-sha256`` (keyed with a key derived from the ledger password) and ``none``. Each type is a
+subclass of :class:`DigestManager` that owns its signing and verifying and registers its names
+(ours and BookKeeper's ``DigestType``) by being defined; ``DigestManager(ledger_id, name, password)``
+builds the one the name asks for.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import hashlib
 import hmac
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, NamedTuple
 
 import crc32c as _crc32c
 
@@ -25,17 +28,15 @@ ENTRY_HEADER = struct.Struct(">QQq")
 _CRC_HEADER = struct.Struct(">QQqI")  # entry header followed by a crc32c digest
 _U32 = struct.Struct(">I")
 
-DIGEST_TYPES = ("crc32c", "crc32", "hmac-sha256", "none")
-
-# BookKeeper's DigestType names (CRC32, CRC32C, MAC, DUMMY), in any case, beside ours.
-_DIGEST_ALIASES = {"crc32c": "crc32c", "crc32": "crc32", "mac": "hmac-sha256", "hmac-sha256": "hmac-sha256",
-                   "dummy": "none", "none": "none"}
+#: digest types by every name they answer to (lower case): ours and BookKeeper's
+_DIGESTS: dict[str, type[DigestManager]] = {}
 
 
 def normalize_digest_type(name: str) -> str:
     """Our name for a digest type given as ours or as BookKeeper spells it (``MAC`` -> ``hmac-sha256``,
     ``DUMMY`` -> ``none``); an unknown name is returned unchanged so the caller's check names it."""
-    return _DIGEST_ALIASES.get(name.strip().lower(), name)
+    cls = _DIGESTS.get(name.strip().lower())
+    return name if cls is None else cls.name
 
 
 def master_key(password: bytes) -> bytes:
@@ -59,78 +60,61 @@ class Entry(NamedTuple):
 
 
 class DigestManager:
-    """Signs and verifies entries of one ledger."""
+    """Signs and verifies entries of one ledger. ``DigestManager(ledger_id, digest_type,
+    password)`` returns the subclass registered for ``digest_type`` (our name or BookKeeper's, in
+    any case); InvalidArgumentError for an unknown one. A subclass sets :attr:`name`,
+    :attr:`aliases` and :attr:`size` and implements :meth:`digest`."""
 
-    __slots__ = ("digest_type", "size", "_fn", "ledger_id")
+    __slots__ = ("ledger_id",)
+    #: our name of the digest type
+    name: ClassVar[str]
+    #: other names it answers to (BookKeeper's ``DigestType``)
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: bytes of digest between an entry's header and its payload
+    size: ClassVar[int]
 
-    def __init__(self, ledger_id: int, digest_type: str, password: bytes = b"") -> None:
-        self.ledger_id = ledger_id
-        digest_type = normalize_digest_type(digest_type)
-        self.digest_type = digest_type
-        self._fn: Callable[[bytes, bytes], bytes]
-        if digest_type == "crc32c":
-            self.size = 4
-            self._fn = lambda h, p: _U32.pack(_crc32c.crc32c(p, _crc32c.crc32c(h)))
-        elif digest_type == "crc32":
-            self.size = 4
-            self._fn = lambda h, p: _U32.pack(zlib.crc32(p, zlib.crc32(h)))
-        elif digest_type == "hmac-sha256":
-            self.size = 32
-            key = hashlib.sha256(b"mac\0" + password).digest()
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if "name" in cls.__dict__:  # a digest type, not a shared base
+            for alias in (cls.name, *cls.aliases):
+                _DIGESTS[alias.lower()] = cls
 
-            def mac(h: bytes, p: bytes) -> bytes:
-                m = hmac.new(key, h, hashlib.sha256)
-                m.update(p)
-                return m.digest()
-
-            self._fn = mac
-        elif digest_type == "none":
-            self.size = 0
-            self._fn = lambda h, p: b""
-        else:
+    def __new__(cls, ledger_id: int, digest_type: str | None = None, password: bytes = b"") -> DigestManager:
+        wanted = cls if digest_type is None else _DIGESTS.get(digest_type.strip().lower())
+        if wanted is None or wanted is DigestManager:
             raise InvalidArgumentError(f"unknown digest type {digest_type!r}; choose one of {', '.join(DIGEST_TYPES)}")
+        if cls is not DigestManager and wanted is not cls:
+            raise InvalidArgumentError(f"digest type {digest_type!r} is not {cls.name!r}")
+        return object.__new__(wanted)
+
+    def __init__(self, ledger_id: int, digest_type: str | None = None, password: bytes = b"") -> None:
+        self.ledger_id = ledger_id
+
+    @property
+    def digest_type(self) -> str:
+        """Our name of this digest type."""
+        return self.name
+
+    def digest(self, header: bytes, payload: bytes) -> bytes:
+        """The digest of an entry's ``header`` and ``payload``."""
+        raise NotImplementedError
 
     def sign(self, entry_id: int, lac: int, payload: bytes) -> bytes:
         """The bytes of a signed entry."""
         header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac)
-        return b"".join((header, self._fn(header, payload), payload))
+        return b"".join((header, self.digest(header, payload), payload))
 
     def sign_many(self, first_entry_id: int, lac: int, payloads: Sequence[bytes]) -> list[bytes]:
         """The signed bytes of ``payloads`` as consecutive entries from ``first_entry_id``."""
         pack = ENTRY_HEADER.pack
         lid = self.ledger_id
-        if self.digest_type == "crc32c":  # the default, inlined: the writer's hot loop
-            crc = _crc32c.crc32c
-            u32 = _U32.pack
-            out = []
-            append = out.append
-            eid = first_entry_id
-            for p in payloads:
-                h = pack(lid, eid, lac)
-                append(h + u32(crc(p, crc(h))) + p)
-                eid += 1
-            return out
-        fn = self._fn
+        fn = self.digest
         return [b"".join((h, fn(h, p), p)) for h, p in
                 ((pack(lid, e, lac), p) for e, p in enumerate(payloads, first_entry_id))]
 
     def verify_into(self, items: Iterable[tuple[int, int, bytes]], out: dict[int, Entry]) -> None:
         """Verify ``(entry id, status, data)`` items of a READ_MULTI answer: each item with
         status 0 (OK) and a valid copy goes into ``out`` by entry id; anything else is left out."""
-        lid = self.ledger_id
-        if self.digest_type == "crc32c":  # the default, inlined: the reader's hot loop
-            crc = _crc32c.crc32c
-            unpack = _CRC_HEADER.unpack_from
-            hsize, size = ENTRY_HEADER.size, _CRC_HEADER.size
-            new = tuple.__new__
-            for eid, status, data in items:
-                if status or len(data) < size:
-                    continue
-                l2, e2, lac, c = unpack(data)
-                payload = data[size:]
-                if l2 == lid and e2 == eid and crc(payload, crc(data[:hsize])) == c:
-                    out[eid] = new(Entry, (lid, eid, lac, payload))
-            return
         for eid, status, data in items:
             if not status:
                 try:
@@ -140,13 +124,6 @@ class DigestManager:
 
     def verify(self, data: bytes, expected_entry_id: int | None = None) -> Entry:
         """Check an entry's digest and ids; DigestMismatchError if anything is off."""
-        if self.digest_type == "crc32c" and len(data) >= _CRC_HEADER.size:
-            # the hot read path: compare checksums as integers, no digest bytes built
-            lid, eid, lac, crc = _CRC_HEADER.unpack_from(data)
-            payload = data[_CRC_HEADER.size :]
-            if (lid == self.ledger_id and (expected_entry_id is None or eid == expected_entry_id)
-                    and _crc32c.crc32c(payload, _crc32c.crc32c(data[: ENTRY_HEADER.size])) == crc):
-                return Entry(lid, eid, lac, payload)
         hsize = ENTRY_HEADER.size
         if len(data) < hsize + self.size:
             raise DigestMismatchError(
@@ -160,11 +137,117 @@ class DigestManager:
         header = data[:hsize]
         digest = data[hsize : hsize + self.size]
         payload = data[hsize + self.size :]
-        if self.size and not hmac.compare_digest(digest, self._fn(header, payload)):
+        if self.size and not hmac.compare_digest(digest, self.digest(header, payload)):
             raise DigestMismatchError(
-                f"digest ({self.digest_type}) mismatch on ledger {lid} entry {eid}: corrupt data or wrong password"
+                f"digest ({self.name}) mismatch on ledger {lid} entry {eid}: corrupt data or wrong password"
             )
         return Entry(lid, eid, lac, payload)
+
+
+class _CrcDigest(DigestManager):
+    """A 4-byte CRC of the header and then the payload."""
+
+    __slots__ = ()
+    size = 4
+    def crc(self, data: bytes, value: int) -> int:
+        """The CRC of ``data`` continuing from ``value``."""
+        raise NotImplementedError
+
+    def digest(self, header: bytes, payload: bytes) -> bytes:
+        crc = self.crc
+        return _U32.pack(crc(payload, crc(header, 0)))
+
+
+class Crc32cDigest(_CrcDigest):
+    """CRC32C (Castagnoli), the default: signing and verifying are inlined for the hot loops."""
+
+    __slots__ = ()
+    name = "crc32c"
+
+    def crc(self, data: bytes, value: int) -> int:
+        return _crc32c.crc32c(data, value)
+
+    def sign_many(self, first_entry_id: int, lac: int, payloads: Sequence[bytes]) -> list[bytes]:
+        pack = ENTRY_HEADER.pack
+        lid = self.ledger_id
+        crc = _crc32c.crc32c
+        u32 = _U32.pack
+        out: list[bytes] = []
+        append = out.append
+        eid = first_entry_id
+        for p in payloads:  # the writer's hot loop
+            h = pack(lid, eid, lac)
+            append(h + u32(crc(p, crc(h))) + p)
+            eid += 1
+        return out
+
+    def verify_into(self, items: Iterable[tuple[int, int, bytes]], out: dict[int, Entry]) -> None:
+        lid = self.ledger_id
+        crc = _crc32c.crc32c
+        unpack = _CRC_HEADER.unpack_from
+        hsize, size = ENTRY_HEADER.size, _CRC_HEADER.size
+        new = tuple.__new__
+        for eid, status, data in items:  # the reader's hot loop
+            if status or len(data) < size:
+                continue
+            l2, e2, lac, c = unpack(data)
+            payload = data[size:]
+            if l2 == lid and e2 == eid and crc(payload, crc(data[:hsize])) == c:
+                out[eid] = new(Entry, (lid, eid, lac, payload))
+
+    def verify(self, data: bytes, expected_entry_id: int | None = None) -> Entry:
+        if len(data) >= _CRC_HEADER.size:
+            # the hot read path: compare checksums as integers, no digest bytes built
+            lid, eid, lac, crc = _CRC_HEADER.unpack_from(data)
+            payload = data[_CRC_HEADER.size :]
+            if (lid == self.ledger_id and (expected_entry_id is None or eid == expected_entry_id)
+                    and _crc32c.crc32c(payload, _crc32c.crc32c(data[: ENTRY_HEADER.size])) == crc):
+                return Entry(lid, eid, lac, payload)
+        return DigestManager.verify(self, data, expected_entry_id)  # says what is wrong
+
+
+class Crc32Digest(_CrcDigest):
+    """CRC32 (zlib's polynomial)."""
+
+    __slots__ = ()
+    name = "crc32"
+
+    def crc(self, data: bytes, value: int) -> int:
+        return zlib.crc32(data, value)
+
+
+class HmacSha256Digest(DigestManager):
+    """HMAC-SHA256 keyed with a key derived from the ledger password (BookKeeper's ``MAC``)."""
+
+    __slots__ = ("_key",)
+    name = "hmac-sha256"
+    aliases = ("mac",)
+    size = 32
+
+    def __init__(self, ledger_id: int, digest_type: str | None = None, password: bytes = b"") -> None:
+        super().__init__(ledger_id, digest_type, password)
+        self._key = hashlib.sha256(b"mac\0" + password).digest()
+
+    def digest(self, header: bytes, payload: bytes) -> bytes:
+        m = hmac.new(self._key, header, hashlib.sha256)
+        m.update(payload)
+        return m.digest()
+
+
+class NoDigest(DigestManager):
+    """No digest: only the ledger and entry ids of the header are checked (BookKeeper's ``DUMMY``)."""
+
+    __slots__ = ()
+    name = "none"
+    aliases = ("dummy",)
+    size = 0
+
+    def digest(self, header: bytes, payload: bytes) -> bytes:
+        return b""
+
+
+#: our names of the digest types, the default first
+DIGEST_TYPES = tuple(dict.fromkeys(cls.name for cls in _DIGESTS.values()))
 
 
 def parse_entry_header(data: bytes) -> tuple[int, int, int]:

@@ -78,8 +78,8 @@ class FrameInfo:
             return tuple(e for e, _ in m.entries)
         if isinstance(m, codec.ReadMultiRequest):
             return m.entry_ids
-        if isinstance(m, codec.Response) and m.items:
-            return tuple(int(item[0]) for item in m.items)
+        if isinstance(m, codec.AddBatchResponse | codec.ReadMultiResponse):
+            return tuple(item[0] for item in m.items)
         eid = getattr(m, "entry_id", None)
         return () if eid is None else (eid,)
 
