@@ -95,9 +95,10 @@ class SimNetwork:
             self.trace("net.clear", f"{src}->{dst}")
 
     def heal(self) -> None:
-        """Remove every partition and per-link fault."""
+        """Remove every partition and link fault: a healthy network from now on."""
         self.cut.clear()
         self.links.clear()
+        self.default = LinkFaults()
         self.trace("net.heal")
 
     def hold(self, node: str) -> None:

@@ -57,23 +57,30 @@ class Outcome:
 
 
 @dataclasses.dataclass
-class _Writer:
-    """What the writer saw: acknowledged entries in the order acks arrived."""
+class _Ledger:
+    """One ledger of the run: what its writer saw acknowledged and how recovery closed it."""
 
+    ledger_id: int
     acked: dict[int, bytes] = dataclasses.field(default_factory=dict)
     order: list[int] = dataclasses.field(default_factory=list)
     failed: BaseException | None = None
     outstanding: int = 0
-    awake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    recovered: LedgerMetadata | None = None
 
 
-def draw_faults(rng: random.Random, nodes: list[str], bookies: list[str], duration: float,
+def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], duration: float,
                 kinds: tuple[str, ...] = FAULT_KINDS, mean_gap: float = 4.0) -> list[Fault]:
-    """The fault schedule of a run (a pure function of ``rng``'s state)."""
+    """The fault schedule of a run (a pure function of ``rng``'s state). Network faults hit the
+    links that carry traffic: between a client and a bookie, in either direction."""
     out: list[Fault] = []
     t = 0.0
     if not kinds:
         return out
+
+    def link() -> tuple[str, str]:
+        pair = (rng.choice(clients), rng.choice(bookies))
+        return pair if rng.random() < 0.5 else (pair[1], pair[0])
+
     while True:
         t += rng.expovariate(1.0 / mean_gap)
         if t > duration * 0.9:
@@ -81,12 +88,12 @@ def draw_faults(rng: random.Random, nodes: list[str], bookies: list[str], durati
         kind = rng.choice(kinds)
         hold = rng.uniform(0.5, 15.0)
         if kind == "lossy-link":
-            a, b = rng.sample(nodes, 2)
+            a, b = link()
             params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
                       rng.choice((0.002, 0.05, 0.5, 3.0)))
             out.append(Fault(t, kind, (a, b), hold, params))
         elif kind == "partition":
-            a, b = rng.sample(nodes, 2)
+            a, b = link()
             out.append(Fault(t, kind, (a, b), hold, (float(rng.random() < 0.5),)))
         elif kind == "pause-writer":
             out.append(Fault(t, kind, ("writer",), rng.uniform(1.0, 30.0)))
@@ -104,9 +111,9 @@ class _Run:
         self.kinds = kinds
         self.rng = world.rng_for("schedule")
         self.violations: list[str] = []
-        self.writer = _Writer()
-        self.recovered: LedgerMetadata | None = None
-        self.ledger_id = -1
+        self.ledgers: list[_Ledger] = []
+        #: set while the writer process runs (cleared while it is paused)
+        self.awake = asyncio.Event()
         self.max_down = 2
         self.stats: dict[str, Any] = {}
 
@@ -116,72 +123,102 @@ class _Run:
 
     # --- the writer ------------------------------------------------------------------------------
 
-    def _acked(self, fut: asyncio.Future[int], payload: bytes) -> None:
-        w = self.writer
-        w.outstanding -= 1
+    def _acked(self, fut: asyncio.Future[int], led: _Ledger, payload: bytes) -> None:
+        led.outstanding -= 1
         if fut.cancelled():
             return
         exc = fut.exception()
         if exc is not None:
-            if w.failed is None:
-                w.failed = exc
-                self.world.trace("writer.failed", type(exc).__name__)
+            if led.failed is None:
+                led.failed = exc
+                self.world.trace("writer.failed", f"L{led.ledger_id} {type(exc).__name__}")
             return
         eid = fut.result()
-        self.world.trace("writer.ack", str(eid))
-        if w.order and eid <= w.order[-1]:
-            self.violation(f"ack of entry {eid} after the ack of entry {w.order[-1]} (acks out of order)")
-        w.order.append(eid)
-        w.acked[eid] = payload
+        self.world.trace("writer.ack", f"L{led.ledger_id} {eid}")
+        if led.order and eid <= led.order[-1]:
+            self.violation(f"ledger {led.ledger_id}: ack of entry {eid} after the ack of entry {led.order[-1]} "
+                           "(acks out of order)")
+        led.order.append(eid)
+        led.acked[eid] = payload
 
-    async def write(self, client: Client, until: float) -> None:
-        rng = self.world.rng_for("writer")
-        w = self.writer
-        w.awake.set()
-        e = self.world.bookies
-        ens = rng.randint(min(3, len(e)), min(4, len(e)))
+    async def write(self, client: Client, rng: random.Random, until: float) -> _Ledger | None:
+        """Create a ledger and append to it (pipelined) until ``until`` or its first failure."""
+        n = len(self.world.bookies)
+        ens = rng.randint(min(3, n), min(4, n))
         qw = rng.randint(min(2, ens), ens)
         qa = rng.randint(max(1, qw - 1), qw)
-        lh = await client.create_ledger(ens, qw, qa, password=PASSWORD)
-        self.ledger_id = lh.ledger_id
-        self.stats["quorums"] = f"{ens}/{qw}/{qa}"
-        self.world.trace("writer.created", f"ledger {lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
-        window = rng.randint(1, 16)
-        i = 0
-        while self.loop.time() < until and w.failed is None:
-            await w.awake.wait()
-            while w.outstanding >= window and w.failed is None:
-                await asyncio.sleep(0.01)
-            if w.failed is not None:
+        while True:
+            try:
+                lh = await client.create_ledger(ens, qw, qa, password=PASSWORD)
                 break
-            payload = f"{self.world.seed}:{i}".encode()
+            except LedgerStoreError as exc:  # metadata failures, too few bookies: try again
+                self.world.trace("writer.create_failed", type(exc).__name__)
+                if self.loop.time() >= until:
+                    return None
+                await asyncio.sleep(1.0)
+        led = _Ledger(lh.ledger_id)
+        self.ledgers.append(led)
+        self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
+        window = rng.randint(1, 16)
+        mean_gap = rng.choice((0.02, 0.1, 0.3))
+        i = 0
+        while self.loop.time() < until and led.failed is None:
+            await self.awake.wait()
+            while led.outstanding >= window and led.failed is None:
+                await asyncio.sleep(0.01)
+            if led.failed is not None:
+                break
+            payload = f"{self.world.seed}:{led.ledger_id}:{i}".encode()
             i += 1
             try:
                 fut = lh.append_async(payload)
             except LedgerStoreError as exc:
-                w.failed = exc
-                self.world.trace("writer.refused", type(exc).__name__)
+                led.failed = exc
+                self.world.trace("writer.refused", f"L{led.ledger_id} {type(exc).__name__}")
                 break
-            w.outstanding += 1
-            fut.add_done_callback(functools.partial(self._acked, payload=payload))
-            await asyncio.sleep(rng.expovariate(1 / 0.15))
+            led.outstanding += 1
+            fut.add_done_callback(functools.partial(self._acked, led=led, payload=payload))
+            await asyncio.sleep(rng.expovariate(1 / mean_gap))
+        return led
+
+    async def rounds(self, writer: Client, recoverer: Client) -> None:
+        """Ledger after ledger; each may be recovered by the recoverer while it is being written."""
+        rng = self.world.rng_for("rounds")
+        k = rng.randint(2, 6)
+        length = self.duration / k
+        for r in range(k):
+            end = (r + 1) * length
+            at = rng.uniform(self.loop.time(), end) if rng.random() < 0.8 else None
+            ledger = self.loop.create_task(self.write(writer, rng, end))
+            if at is not None:
+                self.loop.create_task(self._recover_when_created(recoverer, ledger, at))
+            await ledger
+            await asyncio.sleep(max(0.0, end - self.loop.time()))
+
+    async def _recover_when_created(self, client: Client, ledger: asyncio.Task[_Ledger | None], at: float) -> None:
+        count = len(self.ledgers)
+        await asyncio.sleep(max(0.0, at - self.loop.time()))
+        while len(self.ledgers) == count:  # not created yet
+            if ledger.done():
+                return
+            await asyncio.sleep(0.1)
+        led = self.ledgers[count]
+        while led.recovered is None and self.loop.time() < self.duration:
+            if not await self.recover(client, led):
+                await asyncio.sleep(2.0)
 
     # --- recovery --------------------------------------------------------------------------------
 
-    async def recover(self, client: Client, at: float, attempts: int) -> None:
-        await asyncio.sleep(max(0.0, at - self.loop.time()))
-        while self.ledger_id < 0:
-            await asyncio.sleep(0.5)
-        for attempt in range(attempts):
-            try:
-                rh = await asyncio.wait_for(client.open_ledger(self.ledger_id, PASSWORD, recovery=True), 120)
-            except (LedgerStoreError, TimeoutError) as exc:
-                self.world.trace("recovery.failed", f"attempt {attempt}: {type(exc).__name__}")
-                await asyncio.sleep(2.0)
-                continue
-            self.recovered = rh.metadata
-            self.world.trace("recovery.closed", f"last entry {rh.metadata.last_entry_id}")
-            return
+    async def recover(self, client: Client, led: _Ledger) -> bool:
+        """One attempt to open ``led`` with recovery (fence, recover the tail, close)."""
+        try:
+            rh = await asyncio.wait_for(client.open_ledger(led.ledger_id, PASSWORD, recovery=True), 120)
+        except (LedgerStoreError, TimeoutError) as exc:
+            self.world.trace("recovery.failed", f"L{led.ledger_id} {type(exc).__name__}")
+            return False
+        led.recovered = rh.metadata
+        self.world.trace("recovery.closed", f"L{led.ledger_id} last entry {rh.metadata.last_entry_id}")
+        return True
 
     # --- faults ----------------------------------------------------------------------------------
 
@@ -207,7 +244,7 @@ class _Run:
             if "writer" in net.held:
                 return
             net.hold("writer")
-            self.writer.awake.clear()
+            self.awake.clear()
             later(f.hold, self._wake_writer)
         elif f.kind == "metadata-fail":
             w.meta.fail_writes(f.target[0], int(f.params[0]))
@@ -224,7 +261,7 @@ class _Run:
 
     def _wake_writer(self) -> None:
         self.world.net.release("writer")
-        self.writer.awake.set()
+        self.awake.set()
 
     def _schedule_restart(self, name: str) -> None:
         self.loop.create_task(self._restart(name))
@@ -244,10 +281,11 @@ class _Run:
         w.meta.failing.clear()
         for node in list(w.net.held):
             w.net.release(node)
-        self.writer.awake.set()
+        self.awake.set()
         for b in w.bookies:
-            if not b.running:
-                await self._restart(b.name)
+            await self._restart(b.name)
+        while any(b.starting for b in w.bookies):
+            await asyncio.sleep(0.1)
 
 
 async def _scenario(run: _Run) -> None:
@@ -255,68 +293,71 @@ async def _scenario(run: _Run) -> None:
     loop = run.loop
     d = run.duration
     await w.start_bookies()
+    if "lossy-link" in run.kinds and run.rng.random() < 0.5:
+        # a bad network for the whole run: every link loses, delays, duplicates and reorders
+        r = run.rng
+        w.net.default = LinkFaults(max_delay=r.choice((0.01, 0.2, 1.0)), drop=r.choice((0.01, 0.05, 0.1)),
+                                   duplicate=r.choice((0.0, 0.02)), reorder=r.choice((0.0, 0.1)))
+        w.trace("net.default", str(w.net.default))
     writer = await w.client("writer").start()
     recoverer = await w.client("recoverer").start()
-    nodes = ["writer", "recoverer", *(b.name for b in w.bookies)]
-    faults = draw_faults(run.rng, nodes, [b.name for b in w.bookies], d, run.kinds)
+    faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     w.trace("schedule", f"{len(faults)} faults")
-    tasks = [
-        loop.create_task(run.write(writer, d), name="writer"),
-        loop.create_task(run.inject(faults), name="faults"),
-    ]
-    rec = loop.create_task(run.recover(recoverer, run.rng.uniform(0.3 * d, 0.8 * d), 1_000), name="recovery")
+    run.awake.set()
+    work = loop.create_task(run.rounds(writer, recoverer), name="rounds")
+    inject = loop.create_task(run.inject(faults), name="faults")
     await asyncio.sleep(d)
-    tasks[1].cancel()
+    inject.cancel()
     await run.heal()
     w.trace("healed")
     # let the writer's last adds settle (answered, failed or timed out) before judging them
     deadline = loop.time() + 120
-    while (run.writer.outstanding or not tasks[0].done()) and loop.time() < deadline:
+    while (not work.done() or any(led.outstanding for led in run.ledgers)) and loop.time() < deadline:
         await asyncio.sleep(0.5)
-    if not tasks[0].done():
+    if not work.done():
         run.violation("the writer's adds neither succeeded nor failed within 120s of a healthy cluster")
-    elif tasks[0].exception() is not None and not isinstance(tasks[0].exception(), LedgerStoreError):
-        exc = tasks[0].exception()
-        run.violation(f"writer raised {exc!r}")
-    if run.recovered is None:
-        rec.cancel()
-        await run.recover(recoverer, 0, 10)
-    if run.recovered is None:
-        run.violation(f"ledger {run.ledger_id} could not be recovered on a healthy cluster")
-    else:
-        reader = await w.client("reader").start()
-        await check_ledger(run, reader)
-    for t in [*tasks, rec]:
-        t.cancel()
+        work.cancel()
+    elif work.exception() is not None:
+        run.violation(f"the writer failed on a healthy cluster: {work.exception()!r}")
+    reader = await w.client("reader").start()
+    for led in run.ledgers:
+        for _ in range(10):
+            if led.recovered is not None or await run.recover(recoverer, led):
+                break
+            await asyncio.sleep(2.0)
+        if led.recovered is None:
+            run.violation(f"ledger {led.ledger_id} could not be recovered on a healthy cluster")
+        else:
+            await check_ledger(run, led, reader)
+    run.stats["ledgers"] = len(run.ledgers)
+    run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
 
 
-async def check_ledger(run: _Run, reader: Client) -> None:
-    """The invariants of one recovered ledger against what the writer saw acknowledged."""
-    md = run.recovered
+async def check_ledger(run: _Run, led: _Ledger, reader: Client) -> None:
+    """The invariants of one recovered ledger against what its writer saw acknowledged."""
+    md = led.recovered
     assert md is not None
-    acked = run.writer.acked
-    run.stats["acked"] = len(acked)
-    run.stats["last_entry"] = md.last_entry_id
-    order = run.writer.order
-    if order != list(range(len(order))):
-        run.violation(f"acknowledged entries are not a prefix 0..k: {order[:5]}...")
+    lid = led.ledger_id
+    acked = led.acked
+    if led.order != list(range(len(led.order))):
+        run.violation(f"ledger {lid}: acknowledged entries are not a prefix 0..k: {led.order[:8]}")
     beyond = [e for e in acked if e > md.last_entry_id]
     if beyond:
-        run.violation(f"entries {beyond[:5]} were acknowledged to the writer but the ledger was closed at "
-                      f"{md.last_entry_id} (ack after fencing, or recovery lost them)")
+        run.violation(f"ledger {lid}: entries {beyond[:5]} were acknowledged to the writer but the ledger was "
+                      f"closed at {md.last_entry_id} (an ack after fencing, or recovery lost them)")
     for first, bookies in md.ensembles:
         if len(set(bookies)) != len(bookies):
-            run.violation(f"fragment at entry {first} names a bookie twice: {bookies}")
+            run.violation(f"ledger {lid}: the fragment at entry {first} names a bookie twice: {bookies}")
     try:
-        rh = await reader.open_ledger(run.ledger_id, PASSWORD, recovery=True)
+        rh = await reader.open_ledger(lid, PASSWORD, recovery=True)
         entries = await rh.read(0, md.last_entry_id) if md.last_entry_id >= 0 else []
     except LedgerStoreError as exc:
-        run.violation(f"reading ledger {run.ledger_id} 0..{md.last_entry_id} failed: {exc!r}")
+        run.violation(f"ledger {lid}: reading 0..{md.last_entry_id} failed: {exc!r}")
         return
     got = {e.entry_id: e.payload for e in entries}
     for eid, payload in acked.items():
         if eid <= md.last_entry_id and got.get(eid) != payload:
-            run.violation(f"acknowledged entry {eid} reads back as {got.get(eid)!r}, not {payload!r}")
+            run.violation(f"ledger {lid}: acknowledged entry {eid} reads back as {got.get(eid)!r}, not {payload!r}")
     engines = {b.bookie_id: b.engine() for b in run.world.bookies}
     for eid in acked:
         if eid > md.last_entry_id:
@@ -326,10 +367,11 @@ async def check_ledger(run: _Run, reader: Client) -> None:
         have = 0
         for bid in holders:
             eng = engines.get(bid)
-            if eng is not None and eid in eng.ledgers.get(run.ledger_id, _NO_LEDGER).entries:
+            if eng is not None and eid in eng.ledgers.get(lid, _NO_LEDGER).entries:
                 have += 1
         if have < md.ack_quorum:
-            run.violation(f"acknowledged entry {eid} is on {have} of its write set {holders} (Qa {md.ack_quorum})")
+            run.violation(f"ledger {lid}: acknowledged entry {eid} is on {have} of its write set {holders} "
+                          f"(Qa {md.ack_quorum})")
 
 
 class _Empty:

@@ -46,13 +46,24 @@ class SimBookie:
         self.bookie: Bookie | None = None
         self.store: SimMetadataStore | None = None
         self._incarnation = 0
+        self.starting = False
 
     @property
     def running(self) -> bool:
         return self.bookie is not None
 
     async def start(self) -> None:
-        """Start the real :class:`Bookie` on the simulated disks, network and metadata store."""
+        """Start the real :class:`Bookie` on the simulated disks, network and metadata store
+        (nothing if it runs or is starting)."""
+        if self.bookie is not None or self.starting:
+            return
+        self.starting = True
+        try:
+            await self._start()
+        finally:
+            self.starting = False
+
+    async def _start(self) -> None:
         self._incarnation += 1
         w = self.world
         self.store = SimMetadataStore(w.meta, self.name)
