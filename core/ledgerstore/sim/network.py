@@ -37,6 +37,13 @@ class LinkFaults:
     duplicate: float = 0.0
     #: probability a frame may overtake the frames sent before it on its connection
     reorder: float = 0.0
+    #: probability a frame waits for a retransmission (TCP's backoff: 0.2 s doubling up to
+    #: 12.8 s); the frames behind it on its connection wait too (head-of-line blocking)
+    stall: float = 0.0
+
+
+#: retransmission waits a stalled frame draws from
+STALLS = (0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8)
 
 
 def _describe(frame: bytes) -> str:
@@ -135,6 +142,9 @@ class SimNetwork:
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
         for i in range(copies):
             at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay)
+            if f.stall and rng.random() < f.stall:
+                at += rng.choice(STALLS)
+                self.trace("net.stall", f"{link.src}->{link.dst} {what} until {at:.3f}")
             if not (f.reorder and rng.random() < f.reorder):
                 at = max(at, link.last_arrival)  # a connection keeps order unless told otherwise
             link.last_arrival = at

@@ -90,7 +90,7 @@ def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], dura
         if kind == "lossy-link":
             a, b = link()
             params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
-                      rng.choice((0.002, 0.05, 0.5, 3.0)))
+                      rng.choice((0.002, 0.05, 0.5, 3.0)), rng.choice((0.0, 0.05, 0.3)))
             out.append(Fault(t, kind, (a, b), hold, params))
         elif kind == "partition":
             a, b = link()
@@ -160,7 +160,7 @@ class _Run:
         self.ledgers.append(led)
         self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
         window = rng.randint(1, 16)
-        mean_gap = rng.choice((0.02, 0.1, 0.3))
+        mean_gap = rng.choice((0.005, 0.02, 0.1, 0.3))
         i = 0
         while self.loop.time() < until and led.failed is None:
             await self.awake.wait()
@@ -233,8 +233,8 @@ class _Run:
         later = self.loop.call_later
         if f.kind == "lossy-link":
             a, b = f.target
-            drop, dup, reorder, delay = f.params
-            net.set_faults(a, b, LinkFaults(max_delay=delay, drop=drop, duplicate=dup, reorder=reorder))
+            drop, dup, reorder, delay, stall = f.params
+            net.set_faults(a, b, LinkFaults(max_delay=delay, drop=drop, duplicate=dup, reorder=reorder, stall=stall))
             later(f.hold, net.clear_faults, a, b)
         elif f.kind == "partition":
             a, b = f.target
@@ -296,8 +296,9 @@ async def _scenario(run: _Run) -> None:
     if "lossy-link" in run.kinds and run.rng.random() < 0.5:
         # a bad network for the whole run: every link loses, delays, duplicates and reorders
         r = run.rng
-        w.net.default = LinkFaults(max_delay=r.choice((0.01, 0.2, 1.0)), drop=r.choice((0.01, 0.05, 0.1)),
-                                   duplicate=r.choice((0.0, 0.02)), reorder=r.choice((0.0, 0.1)))
+        w.net.default = LinkFaults(max_delay=r.choice((0.01, 0.2, 1.0)), drop=r.choice((0.0, 0.01, 0.05, 0.1)),
+                                   duplicate=r.choice((0.0, 0.02)), reorder=r.choice((0.0, 0.1)),
+                                   stall=r.choice((0.0, 0.01, 0.05)))
         w.trace("net.default", str(w.net.default))
     writer = await w.client("writer").start()
     recoverer = await w.client("recoverer").start()
