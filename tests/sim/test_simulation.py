@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from ledgerstore.bookie.journal import ADD, encode_record
+from ledgerstore.client.bookie_client import BookieClient
+from ledgerstore.proto import codec
 from ledgerstore.sim import VirtualTimeLoop, run_seed
 from ledgerstore.sim.disk import JournalDisk, SimJournal
+from ledgerstore.sim.world import World
 
 #: seeds every CI run checks (the tox env ``sim`` runs 10,000)
 CI_SEEDS = 200
@@ -88,3 +91,60 @@ def test_every_invariant_holds_over_a_couple_of_hundred_fault_schedules() -> Non
         if not out.ok:
             failing[seed] = out.violations
     assert not failing, f"seeds that broke an invariant (replay: ledgerstore sim --seeds 1 --seed S): {failing}"
+
+
+def _fence_race(seed: int) -> tuple[bool, int]:
+    """BookKeeper #2614's interleaving, built step by step on the simulated network: entry 1 is
+    on bookie-1 and bookie-3 before they are fenced, its add to bookie-2 is stalled 8 s, the fence
+    sent to bookie-2 is lost, and bookie-2 answers recovery's read of entry 1 first ("missing").
+    Returns whether the writer saw entry 1 acknowledged and where recovery closed the ledger."""
+    loop = VirtualTimeLoop()
+    world = World(seed, loop, bookies=3)
+
+    def rule(src: str, dst: str, frame: bytes) -> float | None:
+        op = codec.HEADER.unpack_from(frame)[1] if len(frame) >= codec.HEADER_SIZE else -1
+        if (src, dst) == ("recoverer", "bookie-2") and op == codec.Op.READ_LAC:
+            return None  # the fence never reaches bookie-2
+        if (src, dst) == ("writer", "bookie-2") and op in (codec.Op.ADD, codec.Op.ADD_BATCH):
+            return 8.0
+        if src in ("bookie-1", "bookie-3") and dst == "recoverer" and op == codec.Op.READ:
+            return 0.5  # bookie-2's answer to the recovery read comes first
+        return 0.0
+
+    async def scenario() -> tuple[bool, int]:
+        await world.start_bookies()
+        writer = await world.client("writer").start()
+        recoverer = await world.client("recoverer").start()
+        lh = await writer.create_ledger(3, 3, 3, password=b"sim")
+        await lh.append(b"first")
+        world.net.intercept = rule
+        second = lh.append_async(b"second")
+        await asyncio.sleep(0.1)
+        rh = await recoverer.open_ledger(lh.ledger_id, b"sim", recovery=True)
+        await asyncio.sleep(15)
+        acked = second.done() and not second.cancelled() and second.exception() is None
+        return acked, rh.metadata.last_entry_id
+
+    try:
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            return runner.run(scenario())
+    finally:
+        world.close()
+
+
+def test_recovery_reads_fence_the_bookies_whose_fence_was_lost() -> None:
+    acked, last = _fence_race(1)
+    assert not acked and last == 0
+
+
+def test_the_simulation_catches_recovery_reads_without_the_fence_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    # BookKeeper #2614 reintroduced: recovery reads no longer carry FLAG_FENCE
+    read = BookieClient.read
+
+    async def read_without_fence(self: BookieClient, bookie_id: str, ledger_id: int, entry_id: int,
+                                 timeout: float, *, fence_key: bytes | None = None) -> bytes:
+        return await read(self, bookie_id, ledger_id, entry_id, timeout)
+
+    monkeypatch.setattr(BookieClient, "read", read_without_fence)
+    acked, last = _fence_race(1)
+    assert acked and last == 0  # entry 1 acknowledged, yet the ledger was closed at entry 0

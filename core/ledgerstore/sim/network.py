@@ -72,6 +72,9 @@ class SimNetwork:
         self.held: dict[str, list[Callable[[], None]]] = {}
         self.sent = 0
         self.lost = 0
+        #: a rule for directed tests: called with (source, destination, frame), it returns the
+        #: extra delay of that frame in seconds, or ``None`` to lose it
+        self.intercept: Callable[[str, str, bytes], float | None] | None = None
 
     # --- faults ----------------------------------------------------------------------------------
 
@@ -133,6 +136,14 @@ class SimNetwork:
             self.lost += 1
             self.trace("net.cut", f"{link.src}->{link.dst} {what}")
             return
+        extra = 0.0
+        if self.intercept is not None:
+            verdict = self.intercept(link.src, link.dst, frame)
+            if verdict is None:
+                self.lost += 1
+                self.trace("net.intercepted", f"{link.src}->{link.dst} {what}")
+                return
+            extra = verdict
         f = self.faults(link.src, link.dst)
         rng = self.rng
         if f.drop and rng.random() < f.drop:
@@ -141,7 +152,7 @@ class SimNetwork:
             return
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
         for i in range(copies):
-            at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay)
+            at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay) + extra
             if f.stall and rng.random() < f.stall:
                 at += rng.choice(STALLS)
                 self.trace("net.stall", f"{link.src}->{link.dst} {what} until {at:.3f}")
