@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import math
 import random
 from typing import Any
 
@@ -86,7 +87,7 @@ def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], dura
         if t > duration * 0.9:
             return out
         kind = rng.choice(kinds)
-        hold = rng.uniform(0.5, 15.0)
+        hold = math.exp(rng.uniform(math.log(0.1), math.log(15.0)))  # short blips as often as long cuts
         if kind == "lossy-link":
             a, b = link()
             params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
@@ -159,7 +160,7 @@ class _Run:
         led = _Ledger(lh.ledger_id)
         self.ledgers.append(led)
         self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
-        window = rng.randint(1, 16)
+        window = rng.choice((1, 1, 2, 4, 16))  # 1: a writer that waits for each ack (sync API)
         mean_gap = rng.choice((0.005, 0.02, 0.1, 0.3))
         i = 0
         while self.loop.time() < until and led.failed is None:
