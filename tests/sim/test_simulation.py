@@ -8,13 +8,14 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ledgerstore.bookie.journal import ADD, encode_record
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.proto import codec
-from ledgerstore.sim import VirtualTimeLoop, run_seed
+from ledgerstore.sim import VirtualTimeLoop, run_seed, schedule, shrink
 from ledgerstore.sim.disk import JournalDisk, SimJournal
 from ledgerstore.sim.world import World
 
@@ -148,3 +149,21 @@ def test_the_simulation_catches_recovery_reads_without_the_fence_flag(monkeypatc
     monkeypatch.setattr(BookieClient, "read", read_without_fence)
     acked, last = _fence_race(1)
     assert acked and last == 0  # entry 1 acknowledged, yet the ledger was closed at entry 0
+
+
+def test_shrinking_leaves_out_every_fault_the_failure_does_not_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a stand-in invariant that any bookie crash breaks: the shrunk schedule keeps one crash only
+    real = schedule.check_ledger
+
+    async def no_crash_allowed(run: Any, led: Any, reader: Any) -> None:
+        await real(run, led, reader)
+        if any(" bookie.crash " in line for line in run.world.trace.lines):
+            run.violation("a bookie crashed")
+
+    monkeypatch.setattr(schedule, "check_ledger", no_crash_allowed)
+    seed = next(s for s in range(50) if not run_seed(s, duration=20, faults=("crash", "partition")).ok)
+    out, skipped = shrink(seed, duration=20, faults=("crash", "partition"))
+    assert not out.ok
+    assert out.stats["faults"] - len(skipped - {-1}) == 1
+    assert sum(" bookie.crash " in line for line in out.trace) == 1
+    assert run_seed(seed, duration=20, faults=("crash", "partition"), skip=skipped).trace_hash == out.trace_hash

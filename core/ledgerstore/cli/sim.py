@@ -11,7 +11,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ledgerstore.cli.common import EXIT_FAILED, err_console, handle_errors
-from ledgerstore.sim import FAULT_KINDS, run_seed
+from ledgerstore.sim import FAULT_KINDS, run_seed, shrink
 
 
 @click.command("sim")
@@ -22,9 +22,12 @@ from ledgerstore.sim import FAULT_KINDS, run_seed
 @click.option("--faults", default=",".join(FAULT_KINDS), show_default=True,
               help="comma-separated fault kinds to draw from (empty: none)")
 @click.option("--trace", "show_trace", is_flag=True, help="print the whole event trace of every seed, not only failing ones")
+@click.option("--shrink", "do_shrink", is_flag=True,
+              help="print each failing seed's trace with every fault it does not need left out")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per seed, then a summary")
 @handle_errors
-def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show_trace: bool, as_json: bool) -> None:
+def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show_trace: bool, do_shrink: bool,
+        as_json: bool) -> None:
     """Run the real client and bookies under a simulated network, disks and metadata store.
 
     Each seed decides every fault and every timing, so a failing seed replays exactly
@@ -49,6 +52,10 @@ def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show
                                        "violations": out.violations, "stats": out.stats}))
             if not out.ok:
                 failing.append(seed)
+                if do_shrink:
+                    out, skipped = shrink(seed, bookies=bookies, duration=duration, faults=kinds)
+                    progress.console.print(f"seed {seed}: shrunk to {out.stats['faults'] - len(skipped - {-1})} of "
+                                           f"{out.stats['faults']} faults (left out: {sorted(skipped)})", highlight=False)
             if (not out.ok or show_trace) and not as_json:
                 progress.console.print(f"seed {seed}: {'FAILED' if not out.ok else 'ok'} trace {out.trace_hash}",
                                        highlight=False)

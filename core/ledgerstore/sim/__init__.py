@@ -7,6 +7,6 @@ a hash to prove it. :func:`run_seed` runs one schedule and checks the protocol's
 """
 
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
-from ledgerstore.sim.schedule import FAULT_KINDS, Outcome, run_seed
+from ledgerstore.sim.schedule import FAULT_KINDS, Outcome, run_seed, shrink
 
-__all__ = ["FAULT_KINDS", "Outcome", "SimulationStuck", "VirtualTimeLoop", "run_seed"]
+__all__ = ["FAULT_KINDS", "Outcome", "SimulationStuck", "VirtualTimeLoop", "run_seed", "shrink"]

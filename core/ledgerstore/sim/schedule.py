@@ -105,8 +105,11 @@ def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], dura
 
 
 class _Run:
-    def __init__(self, world: World, duration: float, kinds: tuple[str, ...]) -> None:
+    def __init__(self, world: World, duration: float, kinds: tuple[str, ...],
+                 skip: frozenset[int] = frozenset()) -> None:
         self.world = world
+        #: indexes of drawn faults left out (shrinking); -1 is the run-wide bad network
+        self.skip = skip
         self.loop = world.loop
         self.duration = duration
         self.kinds = kinds
@@ -294,7 +297,7 @@ async def _scenario(run: _Run) -> None:
     loop = run.loop
     d = run.duration
     await w.start_bookies()
-    if "lossy-link" in run.kinds and run.rng.random() < 0.5:
+    if "lossy-link" in run.kinds and run.rng.random() < 0.5 and -1 not in run.skip:
         # a bad network for the whole run: every link loses, delays, duplicates and reorders
         r = run.rng
         w.net.default = LinkFaults(max_delay=r.choice((0.01, 0.2, 1.0)), drop=r.choice((0.0, 0.01, 0.05, 0.1)),
@@ -304,6 +307,8 @@ async def _scenario(run: _Run) -> None:
     writer = await w.client("writer").start()
     recoverer = await w.client("recoverer").start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
+    run.stats["faults"] = len(faults)
+    faults = [f for i, f in enumerate(faults) if i not in run.skip]
     w.trace("schedule", f"{len(faults)} faults")
     run.awake.set()
     work = loop.create_task(run.rounds(writer, recoverer), name="rounds")
@@ -384,12 +389,13 @@ _NO_LEDGER: Any = _Empty()
 
 
 def run_seed(seed: int, *, bookies: int = 5, duration: float = 60.0,
-             faults: tuple[str, ...] = FAULT_KINDS) -> Outcome:
+             faults: tuple[str, ...] = FAULT_KINDS, skip: frozenset[int] = frozenset()) -> Outcome:
     """Run the schedule of ``seed`` to its end and check it. Deterministic: the same arguments
-    give the same trace (and hash)."""
+    give the same trace (and hash). ``skip`` leaves out drawn faults by index (-1: the run-wide
+    bad network), as :func:`shrink` does."""
     loop = VirtualTimeLoop()
     world = World(seed, loop, bookies)
-    run = _Run(world, duration, faults)
+    run = _Run(world, duration, faults, skip)
     try:
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             try:
@@ -403,3 +409,21 @@ def run_seed(seed: int, *, bookies: int = 5, duration: float = 60.0,
     run.stats["virtual_s"] = round(loop.clock.now, 3)
     run.stats["frames"] = world.net.sent
     return Outcome(seed, world.trace.digest(), run.violations, world.trace.lines, run.stats)
+
+
+def shrink(seed: int, *, bookies: int = 5, duration: float = 60.0,
+           faults: tuple[str, ...] = FAULT_KINDS) -> tuple[Outcome, frozenset[int]]:
+    """Leave out, one at a time, each fault of a failing seed's schedule that the failure does not
+    need (greedy delta debugging; each try is a deterministic replay). Returns the run with the
+    fewest faults that still breaks an invariant, and the indexes left out (replay it with
+    ``run_seed(seed, skip=...)``)."""
+    best = run_seed(seed, bookies=bookies, duration=duration, faults=faults)
+    skip: frozenset[int] = frozenset()
+    if best.ok:
+        return best, skip
+    for index in [-1, *range(int(best.stats.get("faults", 0)))]:
+        trial = skip | {index}
+        out = run_seed(seed, bookies=bookies, duration=duration, faults=faults, skip=trial)
+        if not out.ok:
+            best, skip = out, trial
+    return best, skip
