@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
+import multiprocessing
 import sys
 import time
+from collections.abc import Iterator
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ledgerstore.cli.common import EXIT_FAILED, err_console, handle_errors
-from ledgerstore.sim import FAULT_KINDS, run_seed, shrink
+from ledgerstore.sim import FAULT_KINDS, Outcome, run_seed, shrink
 
 
 @click.command("sim")
@@ -22,12 +26,13 @@ from ledgerstore.sim import FAULT_KINDS, run_seed, shrink
 @click.option("--faults", default=",".join(FAULT_KINDS), show_default=True,
               help="comma-separated fault kinds to draw from (empty: none)")
 @click.option("--trace", "show_trace", is_flag=True, help="print the whole event trace of every seed, not only failing ones")
+@click.option("--jobs", default=1, show_default=True, help="processes running seeds side by side (results in seed order)")
 @click.option("--shrink", "do_shrink", is_flag=True,
               help="print each failing seed's trace with every fault it does not need left out")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per seed, then a summary")
 @handle_errors
-def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show_trace: bool, do_shrink: bool,
-        as_json: bool) -> None:
+def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show_trace: bool, jobs: int,
+        do_shrink: bool, as_json: bool) -> None:
     """Run the real client and bookies under a simulated network, disks and metadata store.
 
     Each seed decides every fault and every timing, so a failing seed replays exactly
@@ -43,10 +48,17 @@ def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show
     started = time.perf_counter()
     progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[failing]} failing"), console=err_console, disable=as_json)
-    with progress:
+    run = functools.partial(_run_quietly, bookies=bookies, duration=duration, faults=kinds)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(progress)
+        if jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(jobs))
+            outcomes: Iterator[Outcome] = pool.imap(run, range(first, first + seeds))
+        else:
+            outcomes = map(run, range(first, first + seeds))
         task = progress.add_task("sim", total=seeds, failing=0)
-        for seed in range(first, first + seeds):
-            out = run_seed(seed, bookies=bookies, duration=duration, faults=kinds)
+        for out in outcomes:
+            seed = out.seed
             if as_json:
                 click.echo(json.dumps({"seed": seed, "ok": out.ok, "trace_hash": out.trace_hash,
                                        "violations": out.violations, "stats": out.stats}))
@@ -74,3 +86,9 @@ def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show
         click.echo(summary)
     if failing:
         sys.exit(EXIT_FAILED)
+
+
+def _run_quietly(seed: int, *, bookies: int, duration: float, faults: tuple[str, ...]) -> Outcome:
+    """One seed (in this process or a worker's), with the logging of the code under test off."""
+    logging.disable(logging.CRITICAL)
+    return run_seed(seed, bookies=bookies, duration=duration, faults=faults)
