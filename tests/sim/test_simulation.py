@@ -167,3 +167,16 @@ def test_shrinking_leaves_out_every_fault_the_failure_does_not_need(monkeypatch:
     assert out.stats["faults"] - len(skipped - {-1}) == 1
     assert sum(" bookie.crash " in line for line in out.trace) == 1
     assert run_seed(seed, duration=20, faults=("crash", "partition"), skip=skipped).trace_hash == out.trace_hash
+
+
+def test_a_seed_replays_the_same_however_fast_the_wall_clock_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a slow machine (or a debugger) must not change a run: nothing may read the wall clock
+    steady = run_seed(3, duration=30)
+    wall = [time.monotonic()]
+
+    def racing() -> float:
+        wall[0] += 10.0
+        return wall[0]
+
+    monkeypatch.setattr(time, "monotonic", racing)
+    assert run_seed(3, duration=30).trace_hash == steady.trace_hash

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,7 +70,7 @@ class Client:
         #: built from ``config.metadata``; the client still starts and closes it
         self._given_store = metadata_store
         self._started = False
-        self._bookie_cache: tuple[float, list[BookieInfo]] = (0.0, [])
+        self._bookie_cache: tuple[float, list[BookieInfo]] = (float("-inf"), [])
         self._endpoints: dict[str, str] = {}
         #: plugin instances given by the caller (tests, embedding) replace the ones the config
         #: names: ``transport`` serves the schemes it declares
@@ -138,9 +137,10 @@ class Client:
     async def bookie_infos(self, max_age: float = 1.0) -> list[BookieInfo]:
         """Registered bookies (writable and read-only), cached for ``max_age`` seconds."""
         ts, infos = self._bookie_cache
-        if time.monotonic() - ts > max_age:
+        # the loop's clock (time.monotonic on a real loop): a simulated run ages the cache in virtual time
+        if self.loop.time() - ts > max_age:
             infos = await self.registry.all()
-            self._bookie_cache = (time.monotonic(), infos)
+            self._bookie_cache = (self.loop.time(), infos)
             for b in infos:
                 self._endpoints[b.bookie_id] = b.endpoint
         return infos
