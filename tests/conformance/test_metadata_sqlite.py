@@ -1,6 +1,7 @@
 """The MetadataStore conformance suite against the sqlite backend on a real database file:
 once opening the file directly, once through a real ``ledgerstore metadata-server`` process."""
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator
@@ -53,3 +54,35 @@ class TestSqliteMetadataStoreThroughServer(MetadataStoreConformance):
             _delete_session_row(server, store._remote.session)
 
         return expire
+
+    def test_a_client_paused_mid_write_blocks_no_other_store(self, server: Path, store_factory) -> None:  # type: ignore[no-untyped-def]
+        """A client process stopped (SIGSTOP) in the middle of a write through the server holds no
+        lock anyone waits for: a store of this suite keeps writing and reading, each call within a
+        short bound, for longer than the paused client's TTL."""
+        from ledgerstore.api import NOT_EXISTS
+        from tests.integration.test_sqlite_server import Client as ClientProcess
+
+        paused = ClientProcess(server, "server", 2.0)
+
+        async def main() -> None:
+            store = store_factory()
+            await store.start()
+            try:
+                paused.send("pause")
+                await asyncio.get_running_loop().run_in_executor(None, paused.wait_stopped)
+                loop = asyncio.get_running_loop()
+                until = loop.time() + 3.0  # past the paused client's 2 s TTL
+                i = 0
+                while loop.time() < until or i < 10:
+                    version = await asyncio.wait_for(store.put(f"/suite/k{i}", b"v", NOT_EXISTS), 2.0)
+                    got = await asyncio.wait_for(store.get(f"/suite/k{i}"), 2.0)
+                    assert got is not None and got.version == version
+                    i += 1
+                    await asyncio.sleep(0.05)
+            finally:
+                await store.close()
+
+        try:
+            asyncio.run(main())
+        finally:
+            paused.close()
