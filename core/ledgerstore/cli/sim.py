@@ -66,8 +66,9 @@ def sim(seeds: int, first: int, bookies: int, duration: float, faults: str, show
                 failing.append(seed)
                 if do_shrink:
                     out, skipped = shrink(seed, bookies=bookies, duration=duration, faults=kinds)
-                    progress.console.print(f"seed {seed}: shrunk to {out.stats['faults'] - len(skipped - {-1})} of "
-                                           f"{out.stats['faults']} faults (left out: {sorted(skipped)})", highlight=False)
+                    drawn = out.stats["faults"] + out.stats["around"]
+                    progress.console.print(f"seed {seed}: shrunk to {drawn - len(skipped - {-1})} of {drawn} faults "
+                                           f"(left out: {sorted(skipped)})", highlight=False)
             if (not out.ok or show_trace) and not as_json:
                 progress.console.print(f"seed {seed}: {'FAILED' if not out.ok else 'ok'} trace {out.trace_hash}",
                                        highlight=False)

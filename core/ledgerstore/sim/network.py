@@ -40,10 +40,20 @@ class LinkFaults:
     #: probability a frame waits for a retransmission (TCP's backoff: 0.2 s doubling up to
     #: 12.8 s); the frames behind it on its connection wait too (head-of-line blocking)
     stall: float = 0.0
+    #: probability a frame is late by a heavy-tailed delay (Pareto, shape 1: ``tail_scale`` times
+    #: 1/U, so a tenth of them are over ten times the scale) -- a congested or overloaded path;
+    #: the frames behind it on its connection wait too, frames on other links pass
+    tail: float = 0.0
+    tail_scale: float = 1.0
+    #: probability a frame makes its connection reset (an overloaded peer or a middlebox drops
+    #: it): the frame and everything in flight on the connection are lost, both ends hear of it
+    reset: float = 0.0
 
 
 #: retransmission waits a stalled frame draws from
 STALLS = (0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8)
+#: the longest heavy-tailed delay a frame gets (a connection would be reset past it)
+TAIL_CAP = 30.0
 
 
 def _describe(frame: bytes) -> str:
@@ -70,6 +80,8 @@ class SimNetwork:
         self.servers: dict[str, _SimServer] = {}
         #: paused nodes → frames waiting for them to wake up
         self.held: dict[str, list[Callable[[], None]]] = {}
+        #: held links (one process's sends to one node) → frames waiting to be sent
+        self.held_links: dict[tuple[str, str], list[Callable[[], None]]] = {}
         self.sent = 0
         self.lost = 0
         #: a rule for directed tests: called with (source, destination, frame), it returns the
@@ -110,6 +122,8 @@ class SimNetwork:
         self.links.clear()
         self.default = LinkFaults()
         self.trace("net.heal")
+        for src, dst in list(self.held_links):
+            self.release_link(src, dst)
 
     def hold(self, node: str) -> None:
         """Pause ``node``: nothing reaches it or leaves it until :meth:`release`."""
@@ -123,6 +137,22 @@ class SimNetwork:
         for deliver in waiting:
             deliver()
 
+    def hold_link(self, src: str, dst: str) -> None:
+        """Hold what ``src`` sends to ``dst`` (and only that) until :meth:`release_link`: a
+        process stopped between two sends, its frames to one bookie not yet written while its
+        frames to the others went out; or a connection whose send buffer is full."""
+        self.held_links.setdefault((src, dst), [])
+        self.trace("net.hold_link", f"{src}->{dst}")
+
+    def release_link(self, src: str, dst: str) -> None:
+        """Send, in order, what :meth:`hold_link` held on ``src`` → ``dst``."""
+        waiting = self.held_links.pop((src, dst), None)
+        if waiting is None:
+            return
+        self.trace("net.release_link", f"{src}->{dst} {len(waiting)} frames")
+        for send in waiting:
+            send()
+
     # --- delivery --------------------------------------------------------------------------------
 
     def transmit(self, link: _Link, frame: bytes) -> None:
@@ -130,6 +160,10 @@ class SimNetwork:
         self.sent += 1
         if link.src in self.held:
             self.held[link.src].append(lambda: self.transmit(link, frame))
+            return
+        waiting = self.held_links.get((link.src, link.dst))
+        if waiting is not None:
+            waiting.append(lambda: self.transmit(link, frame))
             return
         what = _describe(frame)
         if (link.src, link.dst) in self.cut:
@@ -150,12 +184,20 @@ class SimNetwork:
             self.lost += 1
             self.trace("net.drop", f"{link.src}->{link.dst} {what}")
             return
+        if f.reset and rng.random() < f.reset and link.reset is not None:
+            self.lost += 1
+            self.trace("net.reset", f"{link.src}->{link.dst} {what}")
+            link.reset()
+            return
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
         for i in range(copies):
             at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay) + extra
             if f.stall and rng.random() < f.stall:
                 at += rng.choice(STALLS)
                 self.trace("net.stall", f"{link.src}->{link.dst} {what} until {at:.3f}")
+            if f.tail and rng.random() < f.tail:
+                at += min(TAIL_CAP, f.tail_scale * rng.paretovariate(1.0))
+                self.trace("net.late", f"{link.src}->{link.dst} {what} until {at:.3f}")
             if not (f.reorder and rng.random() < f.reorder):
                 at = max(at, link.last_arrival)  # a connection keeps order unless told otherwise
             link.last_arrival = at
@@ -181,6 +223,8 @@ class _Link:
         self.receive = receive
         self.last_arrival = 0.0
         self.closed = False
+        #: breaks the connection this link belongs to
+        self.reset: Callable[[], None] | None = None
 
 
 class _ServerSide:
@@ -209,6 +253,10 @@ class _ClientConnection(Connection):
         self.side = _ServerSide(self, client)
         self.up = _Link(client, server.node, lambda f: server.handler.frames_received(self.side, [f]))
         self.down = _Link(server.node, client, lambda f: on_frames([f]))
+        self.up.reset = self.down.reset = self._reset
+
+    def _reset(self) -> None:
+        self.break_off(BookieUnavailableError(f"connection to {self.server.address} was reset (simulated)"))
 
     def send(self, frame: bytes) -> None:
         if self._closed:

@@ -27,7 +27,8 @@ from ledgerstore.sim.world import World
 log = logging.getLogger(__name__)
 
 #: every kind of fault a schedule may draw
-FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail")
+FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
+               "slow-bookie", "hold-link")
 PASSWORD = b"sim"
 
 
@@ -67,6 +68,8 @@ class _Ledger:
     failed: BaseException | None = None
     outstanding: int = 0
     recovered: LedgerMetadata | None = None
+    #: the writer's handle (the schedule may look at its current fragment)
+    handle: Any = None
 
 
 def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], duration: float,
@@ -78,30 +81,50 @@ def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], dura
     if not kinds:
         return out
 
-    def link() -> tuple[str, str]:
-        pair = (rng.choice(clients), rng.choice(bookies))
-        return pair if rng.random() < 0.5 else (pair[1], pair[0])
-
     while True:
         t += rng.expovariate(1.0 / mean_gap)
         if t > duration * 0.9:
             return out
-        kind = rng.choice(kinds)
-        hold = math.exp(rng.uniform(math.log(0.1), math.log(15.0)))  # short blips as often as long cuts
-        if kind == "lossy-link":
-            a, b = link()
-            params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
-                      rng.choice((0.002, 0.05, 0.5, 3.0)), rng.choice((0.0, 0.05, 0.3)))
-            out.append(Fault(t, kind, (a, b), hold, params))
-        elif kind == "partition":
-            a, b = link()
-            out.append(Fault(t, kind, (a, b), hold, (float(rng.random() < 0.5),)))
-        elif kind == "pause-writer":
-            out.append(Fault(t, kind, ("writer",), rng.uniform(1.0, 30.0)))
-        elif kind == "metadata-fail":
-            out.append(Fault(t, kind, (rng.choice(("writer", "recoverer")),), 0.0, (float(rng.randint(1, 3)),)))
-        else:  # crash, expire-session
-            out.append(Fault(t, kind, (rng.choice(bookies),), hold))
+        out.append(draw_fault(rng, rng.choice(kinds), t, clients, bookies))
+
+
+def draw_fault(rng: random.Random, kind: str, t: float, clients: list[str], bookies: list[str]) -> Fault:
+    """One fault of ``kind`` starting at ``t``, on one of ``bookies`` (or a link between it and
+    one of ``clients``), its length and parameters drawn from ``rng``."""
+    def link() -> tuple[str, str]:
+        pair = (rng.choice(clients), rng.choice(bookies))
+        return pair if rng.random() < 0.5 else (pair[1], pair[0])
+
+    hold = math.exp(rng.uniform(math.log(0.1), math.log(15.0)))  # short blips as often as long cuts
+    if kind == "lossy-link":
+        a, b = link()
+        params = (rng.choice((0.0, 0.01, 0.1, 0.5)), rng.choice((0.0, 0.05)), rng.choice((0.0, 0.2)),
+                  rng.choice((0.002, 0.05, 0.5, 3.0)), rng.choice((0.0, 0.05, 0.3)))
+        return Fault(t, kind, (a, b), hold, params)
+    if kind == "partition":
+        a, b = link()
+        return Fault(t, kind, (a, b), hold, (float(rng.random() < 0.5),))
+    if kind == "pause-writer":
+        return Fault(t, kind, ("writer",), rng.uniform(1.0, 30.0))
+    if kind == "metadata-fail":
+        return Fault(t, kind, (rng.choice(("writer", "recoverer")),), 0.0, (float(rng.randint(1, 3)),))
+    if kind == "slow-bookie":
+        # a congested or overloaded bookie: frames to it are late by a heavy-tailed delay (each
+        # on its own link, so one client's frame waits seconds while another's pass), a few are
+        # lost, and some reset their connection
+        tail = (rng.choice((0.05, 0.2, 0.6)), rng.choice((0.3, 1.0, 3.0)), rng.choice((0.0, 0.1, 0.3, 0.5)),
+                rng.choice((0.0, 0.0, 0.1)))
+        return Fault(t, kind, (rng.choice(bookies),), hold, tail)
+    if kind == "hold-link":
+        # one process stopped between two sends: its frames to one bookie wait, the rest went out
+        return Fault(t, kind, (rng.choice(clients), rng.choice(bookies)), hold)
+    return Fault(t, kind, (rng.choice(bookies),), hold)  # crash, expire-session
+
+
+#: fault kinds that can hit a ledger's bookies around its recovery
+AROUND_RECOVERY = ("lossy-link", "partition", "crash", "pause-writer", "slow-bookie", "slow-bookie", "hold-link")
+#: faults drawn around recoveries are numbered from here (for shrinking)
+AROUND_BASE = 10_000
 
 
 class _Run:
@@ -119,7 +142,10 @@ class _Run:
         #: set while the writer process runs (cleared while it is paused)
         self.awake = asyncio.Event()
         self.max_down = 2
-        self.stats: dict[str, Any] = {}
+        self.stats: dict[str, Any] = {"around": 0}
+        self.around_rng = world.rng_for("around-recovery")
+        #: set once :meth:`heal` ran: no fault starts after it
+        self.healed = False
 
     def violation(self, text: str) -> None:
         self.world.trace("VIOLATION", text)
@@ -160,7 +186,7 @@ class _Run:
                 if self.loop.time() >= until:
                     return None
                 await asyncio.sleep(1.0)
-        led = _Ledger(lh.ledger_id)
+        led = _Ledger(lh.ledger_id, handle=lh)
         self.ledgers.append(led)
         self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
         window = rng.choice((1, 1, 2, 4, 16))  # 1: a writer that waits for each ack (sync API)
@@ -207,9 +233,29 @@ class _Run:
                 return
             await asyncio.sleep(0.1)
         led = self.ledgers[count]
+        await self.around_recovery(led)
         while led.recovered is None and self.loop.time() < self.duration:
             if not await self.recover(client, led):
                 await asyncio.sleep(2.0)
+
+    async def around_recovery(self, led: _Ledger) -> None:
+        """Faults cluster where protocols race: most recoveries meet a fault on a bookie of
+        the ledger's current fragment (or on a link to it, or a writer pause), starting from a
+        second before the recovery to half a second into it."""
+        rng = self.around_rng
+        kinds = [k for k in AROUND_RECOVERY if k in self.kinds]
+        if not kinds or rng.random() >= 0.8 or self.healed:
+            return
+        bookies = [b.split(":")[0] for b in led.handle.md.ensembles[-1][1]]
+        offset = rng.uniform(-1.0, 0.5)
+        fault = draw_fault(rng, rng.choice(kinds), self.loop.time() + max(0.0, offset), ["writer", "recoverer"], bookies)
+        index = AROUND_BASE + self.stats["around"]
+        self.stats["around"] += 1
+        if index not in self.skip:  # left out (shrinking), its timing stays: only the fault goes
+            self.world.trace("fault.around-recovery", f"L{led.ledger_id} {fault}")
+            self.loop.call_later(max(0.0, offset), self.apply, fault)
+        if offset < 0:
+            await asyncio.sleep(-offset)
 
     # --- recovery --------------------------------------------------------------------------------
 
@@ -232,6 +278,8 @@ class _Run:
             self.apply(f)
 
     def apply(self, f: Fault) -> None:
+        if self.healed:
+            return
         w = self.world
         net = w.net
         later = self.loop.call_later
@@ -244,6 +292,17 @@ class _Run:
             a, b = f.target
             net.partition(a, b, one_way=bool(f.params[0]))
             later(f.hold, net.reconnect, a, b)
+        elif f.kind == "slow-bookie":
+            tail, scale, drop, reset = f.params
+            for client in ("writer", "recoverer"):
+                net.set_faults(client, f.target[0], LinkFaults(drop=drop, tail=tail, tail_scale=scale, reset=reset))
+                later(f.hold, net.clear_faults, client, f.target[0])
+        elif f.kind == "hold-link":
+            a, b = f.target
+            if (a, b) in net.held_links:
+                return
+            net.hold_link(a, b)
+            later(f.hold, net.release_link, a, b)
         elif f.kind == "pause-writer":
             if "writer" in net.held:
                 return
@@ -281,6 +340,7 @@ class _Run:
     async def heal(self) -> None:
         """End every fault: the cluster is healthy and quiet for the final checks."""
         w = self.world
+        self.healed = True
         w.net.heal()
         w.meta.failing.clear()
         for node in list(w.net.held):
@@ -421,7 +481,8 @@ def shrink(seed: int, *, bookies: int = 5, duration: float = 60.0,
     skip: frozenset[int] = frozenset()
     if best.ok:
         return best, skip
-    for index in [-1, *range(int(best.stats.get("faults", 0)))]:
+    around = range(AROUND_BASE, AROUND_BASE + int(best.stats.get("around", 0)))
+    for index in [-1, *range(int(best.stats.get("faults", 0))), *around]:
         trial = skip | {index}
         out = run_seed(seed, bookies=bookies, duration=duration, faults=faults, skip=trial)
         if not out.ok:
