@@ -84,7 +84,8 @@ class BookieChannel:
             if exc is not None:
                 fut.set_exception(exc)
             else:
-                fut.set_result(resp)  # type: ignore[arg-type]
+                assert resp is not None  # a request ends with its response or with an error
+                fut.set_result(resp)
 
         def forget_if_cancelled(f: asyncio.Future[codec.Response]) -> None:
             # the caller gave up (a cancelled long poll): its answer is not awaited any more

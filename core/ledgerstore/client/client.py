@@ -222,7 +222,8 @@ class Client:
         return await self.ledgers.read(ledger_id)
 
     async def instance_id(self) -> str | None:
-        return await ClusterManager(self.store).instance_id()  # type: ignore[arg-type]
+        assert self.store is not None, "the client is not started"
+        return await ClusterManager(self.store).instance_id()
 
     # --- logs (named logs made of ledgers: ledgerstore.client.log) ------------------------------
 
@@ -266,7 +267,8 @@ class Client:
 
     async def list_logs(self) -> list[str]:
         """Names of every log, sorted."""
-        return await LogManager(self.store).list()  # type: ignore[arg-type]
+        assert self.store is not None, "the client is not started"
+        return await LogManager(self.store).list()
 
     async def delete_log(self, name: str, password: bytes = b"") -> None:
         """Delete a log and all its ledgers; a writer still leading it is fenced first."""
