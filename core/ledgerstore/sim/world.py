@@ -141,5 +141,11 @@ class World:
         return c
 
     def close(self) -> None:
+        """Let go of every bookie's directory locks (their files stay open for as long as a bookie
+        lives, and a run leaves its last bookies running) and remove the scratch directory."""
+        for b in self.bookies:
+            ownership = getattr(b.bookie, "ownership", None)
+            if ownership is not None:
+                ownership.release()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
