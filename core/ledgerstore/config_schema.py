@@ -167,7 +167,7 @@ class BookieConfig:
     disk_usage_threshold: float = 0.95
     #: writable again once disk usage falls below this fraction
     disk_usage_lwm: float = 0.90
-    #: how often the disk checker looks at usage
+    #: how often the disk checker looks at usage (at once, too, when a write finds a disk full)
     disk_check_interval_ms: int = 10_000
     #: admin HTTP port; 0 disables it (the BookKeeper default)
     http_port: int = 0

@@ -15,6 +15,7 @@ an unrelated class may answer with the same status (``InvalidArgumentError``) wi
 
 from __future__ import annotations
 
+import errno
 from typing import Any, ClassVar
 
 #: wire status -> the exception class a client raises for it (filled by class statements)
@@ -105,6 +106,20 @@ class FrameTooLargeError(ProtocolError):
 
 class BookieIOError(LedgerStoreError, status=101):
     """The bookie's disks failed it, or its journal or storage is damaged (BookKeeper's EIO)."""
+
+
+class BookieDiskFullError(BookieIOError):
+    """A write found its disk full (ENOSPC, EDQUOT). Unlike a failed fsync, nothing that was
+    written before is in doubt: what did not fit stays buffered and the write can be retried once
+    space comes back. On the wire it is the EIO of :class:`BookieIOError`."""
+
+
+def storage_write_error(message: str, exc: OSError) -> BookieIOError:
+    """The error for a failed write or create of a storage file: :class:`BookieDiskFullError`
+    when the disk is full (retryable), :class:`BookieIOError` otherwise. ``message`` names the
+    file and what was asked; the OS's words are appended."""
+    cls = BookieDiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else BookieIOError
+    return cls(f"{message}: {exc}")
 
 
 class UnauthorizedAccessError(LedgerStoreError, status=102, http=403):

@@ -288,6 +288,12 @@ class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
                     self._load_index(dir_idx, subdir / name)
 
     def _load_index(self, dir_idx: int, path: Path) -> None:
+        if path.stat().st_size == 0:
+            # Created by a checkpoint that never wrote its header (a crash, or a full disk and
+            # then a crash): no checkpoint covered it, so the journal still holds what it was for.
+            log.warning("removing empty index file %s, left by a checkpoint that never finished", path)
+            path.unlink()
+            return
         header, size = read_header(path)
         if path.name != f"{header.ledger_id:016x}.idx":
             raise BookieIOError(f"index file {path}: header names ledger {header.ledger_id}")

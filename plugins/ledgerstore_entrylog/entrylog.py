@@ -19,7 +19,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from ledgerstore.errors import BookieIOError
+from ledgerstore.errors import BookieIOError, storage_write_error
 from ledgerstore_entrylog.format import (
     LOG_HEADER_SIZE,
     RECORD_HEADER,
@@ -29,6 +29,7 @@ from ledgerstore_entrylog.format import (
     log_file_name,
     record_crc,
 )
+from ledgerstore_entrylog.index import pwrite_all
 
 __all__ = ["EntryLog", "LogScanner", "ScannedRecord"]
 
@@ -86,7 +87,7 @@ class EntryLog:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
-            raise BookieIOError(f"cannot create entry log {path}: {exc}") from exc
+            raise storage_write_error(f"cannot create entry log {path}", exc) from exc
         log = cls(log_id, dir_idx, path, fd, 0)
         log.buf = bytearray(encode_log_header(log_id))
         log.unsynced = True
@@ -118,22 +119,17 @@ class EntryLog:
         return self.written + (len(buf) if buf is not None else 0)
 
     def write_out(self) -> None:
-        """Hand the write buffer to the OS (no fsync)."""
+        """Hand the write buffer to the OS (no fsync). On failure the buffer is kept whole and
+        ``written`` unchanged, so a retry rewrites the same bytes at the same offset: a full disk
+        (BookieDiskFullError) loses nothing."""
         buf = self.buf
         if not buf:
             return
-        view = memoryview(buf)
-        pos = self.written
         try:
-            while view:
-                n = os.pwrite(self.fd, view, pos)
-                pos += n
-                view = view[n:]
+            pwrite_all(self.fd, buf, self.written)
         except OSError as exc:
-            raise BookieIOError(f"write to entry log {self.path} at offset {pos} failed: {exc}") from exc
-        finally:
-            view.release()
-        self.written = pos
+            raise storage_write_error(f"write to entry log {self.path} at offset {self.written} failed", exc) from exc
+        self.written += len(buf)
         self.buf = bytearray()
         self.unsynced = True
 

@@ -13,7 +13,7 @@ from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
-from ledgerstore.errors import BookieIOError
+from ledgerstore.errors import BookieIOError, storage_write_error
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
     IndexHeader,
@@ -68,19 +68,32 @@ def write_index(
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise BookieIOError(f"cannot open index file {path} for writing: {exc}") from exc
+        raise storage_write_error(f"cannot open index file {path} for writing", exc) from exc
     try:
         if header is not None:
-            os.pwrite(fd, header, 0)
+            pwrite_all(fd, header, 0)
         for page_no, page in pages:
-            os.pwrite(fd, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
+            pwrite_all(fd, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
     except OSError as exc:
         os.close(fd)
-        raise BookieIOError(f"write to index file {path} failed: {exc}") from exc
+        raise storage_write_error(f"write to index file {path} failed", exc) from exc
     if keep_open:
         return fd
     os.close(fd)
     return -1
+
+
+def pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: a short write (a disk filling up) is continued, and
+    one that cannot go on raises the OSError of the call that wrote nothing."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            offset += n
+            view = view[n:]
+    finally:
+        view.release()
 
 
 def fsync_file(path: Path) -> None:

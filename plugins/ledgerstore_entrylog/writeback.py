@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from ledgerstore.errors import BookieIOError
+from ledgerstore.errors import BookieDiskFullError, BookieIOError
 from ledgerstore_entrylog.entrylog import EntryLog
 from ledgerstore_entrylog.index import fsync_dir, fsync_file
 
@@ -101,6 +101,10 @@ class WriteBack:
                 )
             try:
                 self._flush_locked()
+            except BookieDiskFullError:
+                # Nothing is in doubt: what did not fit is still buffered or dirty (see
+                # _flush_locked), so the next flush retries it once space comes back.
+                raise
             except BookieIOError as exc:
                 self._flush_failure = str(exc)
                 raise
@@ -155,6 +159,14 @@ class WriteBack:
                         os.fsync(fd)
                     except OSError as exc:
                         raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
+            except BookieDiskFullError:
+                # A write of this chunk found the disk full. Its pages already written are no
+                # longer dirty but not yet synced: sync them by path in a later flush; the
+                # ledgers from this chunk on are flushed again (a clean one is skipped).
+                with self._lock:
+                    self._unsynced_index.update(path for _, path in opened)
+                    self._dirty_ledgers.update(todo[start:])
+                raise
             finally:
                 for fd, _ in opened:
                     os.close(fd)

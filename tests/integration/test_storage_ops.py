@@ -91,7 +91,7 @@ def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_full_disk_turns_the_bookie_read_only_and_writers_move_on(cluster_factory, small_disk: Path) -> None:  # type: ignore[no-untyped-def]
+def test_full_disk_turns_the_bookie_read_only_and_writers_move_on(small_disk: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     extra = ("disk_usage_threshold = 0.6\ndisk_usage_lwm = 0.3\ndisk_check_interval_ms = 200\n"
              "gc_wait_time_ms = 500\nflush_interval_ms = 300\n"
              "[bookie.journal]\nmax_file_size_mb = 2\nmax_backups = 0\n"

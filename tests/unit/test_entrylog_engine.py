@@ -123,6 +123,97 @@ def test_entries_flushed_before_sigkill_survive(engine_dirs: list[Path], flush_a
         e.close()
 
 
+# --- (a') a full disk fails a flush without losing anything: the retried flush covers it all -----
+
+DISK_FULL = '''
+import errno, os, sys, time
+from pathlib import Path
+from ledgerstore.errors import BookieDiskFullError
+from ledgerstore_entrylog import EntryLogStorage
+e = EntryLogStorage([Path(sys.argv[1])], write_buffer_size=1 << 20, page_size=256, page_limit_bytes=1 << 20,
+                    flush_entrylog_bytes=0)
+e.open()
+ledgers = range(150)  # more than one chunk of the flush's index pass
+for eid in range(8):
+    e.add_entries(1000, [(eid, payload(1000, eid))])
+e.flush()
+for eid in range(8, 16):
+    for lid in ledgers:
+        e.add_entry(lid, eid - 8, payload(lid, eid - 8))
+    e.add_entry(1000, eid, payload(1000, eid))
+real, calls, ok_calls = os.pwrite, [0], int(sys.argv[2])
+def full_disk(fd, data, offset):
+    calls[0] += 1
+    if calls[0] > ok_calls:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(fd, data, offset)
+os.pwrite = full_disk
+try:
+    e.flush()
+except BookieDiskFullError as exc:
+    print("FULL", exc, flush=True)
+os.pwrite = real
+if sys.argv[3] == "crash":
+    time.sleep(60)
+e.flush()
+print("FLUSHED", calls[0], flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("ok_writes", [0, 1, 40, 140])
+def test_a_full_disk_fails_a_flush_and_the_retry_makes_everything_durable(tmp_path: Path, ok_writes: int) -> None:
+    """ENOSPC from a write is not a failed fsync: the engine keeps what did not fit and the next
+    flush writes it. ``ok_writes`` writes succeed first: none, the entry log only, the log and
+    some index pages of the first chunk of ledgers, or of the second. Then the process is
+    SIGKILLed: every entry the retried flush covered is read back."""
+    proc = run_child(DISK_FULL, str(tmp_path), str(ok_writes), "retry")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("FULL write to "), line + proc.stderr.read()  # type: ignore[union-attr]
+        assert "No space left on device" in line
+        line = proc.stdout.readline()
+        assert line.startswith("FLUSHED"), line + proc.stderr.read()  # type: ignore[union-attr]
+    finally:
+        kill(proc)
+    e = EntryLogStorage([tmp_path], page_size=256)
+    e.open()
+    try:
+        assert sorted(e.list_ledgers()) == [*range(150), 1000]
+        for eid in range(16):
+            assert e.get_entry(1000, eid) == payload(1000, eid), eid
+        for lid in range(150):
+            for eid in range(8):
+                assert e.get_entry(lid, eid) == payload(lid, eid), (lid, eid)
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("ok_writes", [1, 40])
+def test_a_crash_after_a_flush_found_the_disk_full_still_reopens(tmp_path: Path, ok_writes: int) -> None:
+    """SIGKILL between the failed flush and its retry: the index files that flush created but
+    could not write are empty; the engine opens (the journal still holds their entries) and
+    everything the earlier flush covered is there."""
+    proc = run_child(DISK_FULL, str(tmp_path), str(ok_writes), "crash")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("FULL write to "), line + proc.stderr.read()  # type: ignore[union-attr]
+    finally:
+        kill(proc)
+    if ok_writes == 1:  # the first index write failed: its file was created, nothing in it
+        assert any(p.stat().st_size == 0 for p in tmp_path.rglob("*.idx"))
+    e = EntryLogStorage([tmp_path], page_size=256)
+    e.open()
+    try:
+        for eid in range(8):
+            assert e.get_entry(1000, eid) == payload(1000, eid), eid
+    finally:
+        e.close()
+    assert not any(p.stat().st_size == 0 for p in tmp_path.rglob("*.idx"))
+
+
 # --- (b) damage is detected, never served --------------------------------------------------------
 
 

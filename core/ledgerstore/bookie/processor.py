@@ -28,6 +28,7 @@ from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.state import BookieState
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import (
+    BookieDiskFullError,
     InvalidArgumentError,
     LedgerStoreError,
     NoSuchLedgerError,
@@ -148,6 +149,8 @@ class RequestProcessor:
         #: called on the event loop once per durable journal group with its record count (metrics);
         #: per group, never per entry, so the write path stays flat
         self.group_observer: Callable[[int], None] | None = None
+        #: called on the event loop when storage found a disk full (the bookie checks its disks now)
+        self.on_disk_full: Callable[[], None] | None = None
         #: request type (one per opcode) → its handler
         self.handlers: dict[type, Handler] = {
             codec.AddBatchRequest: self.handle_add_batch,
@@ -175,6 +178,10 @@ class RequestProcessor:
         self.store = store
         self.ownership = ownership
         self.loop = loop
+
+    def _storage_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, BookieDiskFullError) and self.on_disk_full is not None:
+            self.on_disk_full()
 
     def disk_usage(self) -> tuple[int, int, int]:
         """(total, used, free) bytes of the ledger directories' file systems."""
@@ -335,6 +342,7 @@ class RequestProcessor:
             self.engine.add_entry(req.ledger_id, req.entry_id, entry)
         except (LedgerStoreError, OSError) as exc:
             log.error("storage failed to add ledger %d entry %d: %s", req.ledger_id, req.entry_id, exc)
+            self._storage_failed(exc)
             conn.send(codec.encode_add_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id))
             return
         c.add_bytes += len(entry)
@@ -388,6 +396,7 @@ class RequestProcessor:
             self.engine.add_entries(lid, entries)
         except (LedgerStoreError, OSError) as exc:
             log.error("storage failed to add a batch of %d entries of ledger %d: %s", len(entries), lid, exc)
+            self._storage_failed(exc)
             conn.send(codec.encode_add_batch_response(req.request_id, Status.OK, lid,
                                                       [(e, Status.IO_ERROR) for e, _ in entries]))
             return
@@ -420,6 +429,7 @@ class RequestProcessor:
                 add(lid, eid, entry)
             except (LedgerStoreError, OSError) as exc:
                 log.error("storage failed to add ledger %d entry %d: %s", lid, eid, exc)
+                self._storage_failed(exc)
                 items.append((eid, Status.IO_ERROR))
                 continue
             records.append(encode_record(ADD, lid, eid, entry))

@@ -42,7 +42,7 @@ from ledgerstore.bookie.processor import (
 )
 from ledgerstore.bookie.state import BookieState
 from ledgerstore.config import BookieConfig
-from ledgerstore.errors import LedgerStoreError
+from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import create_transport, load_driver, notify
 from ledgerstore.startup import (
@@ -93,6 +93,7 @@ class Bookie:
         self._tasks: list[asyncio.Task[Any]] = []
         self._checkpoint_lock = threading.Lock()
         self._stopped = asyncio.Event()
+        self._disk_check_now = asyncio.Event()
         self.instance_id: str | None = None
         self.started_at = 0.0
         #: compaction suspension switches and statistics (the admin API's gc endpoints)
@@ -197,6 +198,7 @@ class Bookie:
             log.info("replayed %d journal records in %.2fs", replayed, time.monotonic() - t0)
         self.ledgers.load(self.engine)
         self.processor.attach(self.engine, self.journal, self.store, self.ownership, self._loop)
+        self.processor.on_disk_full = self.disk_full
         self.journal.start(self._loop)
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
@@ -322,12 +324,31 @@ class Bookie:
 
     async def _checkpoint_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000.0
+        failing = ""  # the failure of the checkpoints since the last one that succeeded
+        last_said = 0.0
         while True:
             await asyncio.sleep(interval)
             try:
                 await asyncio.to_thread(self.checkpoint)
-            except Exception:
-                log.exception("checkpoint failed; will retry")
+            except BookieDiskFullError as exc:
+                self.disk_full()
+                if str(exc) != failing or time.monotonic() - last_said >= 60:
+                    log.warning("checkpoint waits for disk space (retried every %.1fs; the journal keeps "
+                                "every acknowledged entry meanwhile): %s", interval, exc)
+                    failing, last_said = str(exc), time.monotonic()
+            except Exception as exc:
+                # the whole story once, then one line a minute while the same failure goes on
+                if str(exc) != failing:
+                    log.exception("checkpoint failed; will retry")
+                elif time.monotonic() - last_said >= 60:
+                    log.error("checkpoint still failing; will retry: %s", exc)
+                else:
+                    continue
+                failing, last_said = str(exc), time.monotonic()
+            else:
+                if failing:
+                    log.info("checkpoint succeeded again")
+                    failing = ""
 
     # --- garbage collection ----------------------------------------------------------------------
 
@@ -360,9 +381,18 @@ class Bookie:
             self._update_disk_state()
         await self._register()
 
+    def disk_full(self) -> None:
+        """A write found a disk full: check the disks now rather than at the next interval, so
+        the bookie turns read-only (and writers move on) at once."""
+        self._disk_check_now.set()
+
     async def _disk_check_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.disk_check_interval_ms / 1000.0)
+            try:
+                await asyncio.wait_for(self._disk_check_now.wait(), self.config.disk_check_interval_ms / 1000.0)
+            except TimeoutError:
+                pass
+            self._disk_check_now.clear()
             if self.ownership.lost is None and await self.ownership.check(self.store, self.bookie_id):
                 log.error("bookie %s no longer owns its data: %s. It refuses every write from now on and answers "
                           "the replicas check with nothing, so its ledgers are re-replicated elsewhere. Stop it, then "
