@@ -297,3 +297,32 @@ def test_a_payload_larger_than_a_frame_is_refused_before_sending_and_the_handle_
             assert [e.payload for e in await rh.read(0, 1)] == [b"small", b"still fine"]
 
     run(main())
+
+
+def test_a_replication_worker_leaves_a_quarantined_bookie_out_of_its_replacements(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """The worker chooses replacements through its client's health, as a writer's ensemble change
+    does: with b3 quarantined by that client, every fragment of b0 (being decommissioned) goes to
+    b4, the only other candidate; at random each ledger would pick b3 half of the time."""
+    cluster: LocalCluster = cluster_factory(5)
+    cluster.start()
+    b = [cluster.bookie_id(i) for i in range(5)]
+
+    async def main() -> None:
+        async with Client(metadata=cluster.metadata) as client:
+            ledgers = []
+            for _ in range(8):
+                lh = await client.create_ledger(3, 2, 2, password=PW, bookies=b[:3])
+                for i in range(10):
+                    await lh.append(b"entry %d" % i)
+                await lh.close()
+                ledgers.append(lh.ledger_id)
+            assert client.health.quarantine(b[3], 600)
+            await UnderReplicationManager(client.store).start_decommission(b[0])  # type: ignore[arg-type]
+            for lid in ledgers:
+                await rereplicate(client, lid, {b[0]})
+                md = await client.ledger_metadata(lid)
+                assert md.current_ensemble == [b[4], b[1], b[2]], md.ensembles
+                rh = await client.open_ledger(lid, password=PW)
+                assert [e.payload for e in await rh.read(0, 9)] == [b"entry %d" % i for i in range(10)]
+
+    run(main())

@@ -262,8 +262,11 @@ class ReplicationWorker:
         bookies = await self.client.bookie_infos(max_age=0)
         decommissioning = await self.markers.decommissioning()
         try:
-            return self.client.placement.replace_bookie(
-                ensemble, md.write_quorum, md.ack_quorum, index, bookies, exclude=frozenset(exclude | decommissioning))
+            # through the client's health, as the writer's ensemble changes: a bookie its health
+            # check quarantined is left out while enough others exist
+            return self.client.health.replace_bookie(
+                self.client.placement, ensemble, md.write_quorum, md.ack_quorum, index, bookies,
+                exclude=frozenset(exclude | decommissioning))
         except NotEnoughBookiesError as exc:
             raise ReplicationError(f"no replacement for {ensemble[index]} in ledger {md.ledger_id}: {exc}") from exc
 
