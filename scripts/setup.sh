@@ -35,6 +35,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib 
   done
   touch "$stamp"
 fi
+# The compiled hot path (Cython, compiled with the system's gcc): without Cython or a compiler this
+# warns and ledgerstore runs its pure-Python path (LEDGERSTORE_PURE_PYTHON=1 forces that path).
+.venv/bin/python scripts/build_speedups.py || echo "setup: warning: the compiled hot path was not built; the pure-Python path runs" >&2
 # Spark finds Python data sources by listing the top-level pyspark_* modules on sys.path
 # (pkgutil.iter_modules), which does not see packages served by the editable install's import
 # finder: link the one such package into site-packages, where a wheel install puts it.

@@ -13,6 +13,9 @@ from ledgerstore.errors import FrameTooLargeError, ProtocolError
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Op, Status
 
+# every test here runs on the compiled hot path and on the pure-Python one
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 u64 = st.integers(0, 2**64 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 eid = st.integers(0, 2**63 - 1)

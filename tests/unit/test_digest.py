@@ -16,6 +16,9 @@ from ledgerstore.proto.digest import (
     normalize_digest_type,
 )
 
+# every test here runs on the compiled hot path and on the pure-Python one
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 
 @pytest.mark.parametrize("dtype", DIGEST_TYPES)
 @given(payload=st.binary(max_size=1000), eid=st.integers(0, 2**62), lac=st.integers(-1, 2**62))

@@ -29,6 +29,7 @@ from typing import ClassVar, Self
 import crc32c as _crc32c
 
 from ledgerstore.errors import FrameTooLargeError, ProtocolError
+from ledgerstore.proto import speedups
 from ledgerstore.proto.digest import ENTRY_HEADER, Crc32cDigest, DigestManager
 
 PROTOCOL_VERSION = 1
@@ -385,25 +386,36 @@ class AddBatchRequest(Request):
         _check(frame, pos + klen, "add-batch master key")
         key = frame[pos : pos + klen]
         pos += klen
-        n = len(frame)
-        unpack = _BATCH_ITEM.unpack_from
-        isz = _BATCH_ITEM.size
-        entries: list[tuple[int, bytes]] = []
-        append = entries.append
-        start = pos
-        for _ in range(count):
-            if n - pos < isz:
-                raise ProtocolError(f"truncated add-batch: {len(entries)} of {count} entries")
-            eid, size = unpack(frame, pos)
-            pos += isz
-            if size > n - pos or eid > MAX_ID:
-                raise ProtocolError(
-                    f"add-batch entry {eid} of {size} bytes does not fit the frame or its id is out of range")
-            append((eid, frame[pos : pos + size]))
-            pos += size
-        if pos != n:
-            raise ProtocolError(f"add-batch frame has {n - pos} bytes after its {count} entries")
-        return cls(request_id, lid, key, tuple(entries), flags, frame[start:])
+        fast = speedups.compiled
+        if fast is not None and type(frame) is bytes:
+            entries = fast.add_batch_entries(frame, pos, count)
+        else:
+            entries = add_batch_entries(frame, pos, count)
+        return cls(request_id, lid, key, tuple(entries), flags, frame[pos:])
+
+
+def add_batch_entries(frame: bytes, pos: int, count: int) -> list[tuple[int, bytes]]:
+    """The ``(entry id, signed entry)`` items of an ADD_BATCH request's entry section, which
+    starts at ``pos`` and must end the frame (the bookie's per-entry decode; compiled in
+    ``_speedups``). ProtocolError when the section is truncated, too long or an id is out of range."""
+    n = len(frame)
+    unpack = _BATCH_ITEM.unpack_from
+    isz = _BATCH_ITEM.size
+    entries: list[tuple[int, bytes]] = []
+    append = entries.append
+    for _ in range(count):
+        if n - pos < isz:
+            raise ProtocolError(f"truncated add-batch: {len(entries)} of {count} entries")
+        eid, size = unpack(frame, pos)
+        pos += isz
+        if size > n - pos or eid > MAX_ID:
+            raise ProtocolError(
+                f"add-batch entry {eid} of {size} bytes does not fit the frame or its id is out of range")
+        append((eid, frame[pos : pos + size]))
+        pos += size
+    if pos != n:
+        raise ProtocolError(f"add-batch frame has {n - pos} bytes after its {count} entries")
+    return entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,6 +499,9 @@ def add_batch_items(digest: DigestManager, first_entry_id: int, lac: int, payloa
     u32 length, signed entry), ready to be joined into a body by :func:`add_batch_body_of_items`.
     Signing and framing in one pass is the writer's hot loop."""
     if type(digest) is Crc32cDigest:  # the default, inlined: header, digest and item prefix in one pack
+        fast = speedups.compiled
+        if fast is not None:
+            return fast.crc32c_batch_items(digest.ledger_id, first_entry_id, lac, payloads)
         crc = _crc32c.crc32c
         head = ENTRY_HEADER.pack
         item = _CRC_ITEM.pack
@@ -679,20 +694,31 @@ class ReadMultiResponse(Response):
     def decode(cls, frame: bytes, request_id: int, status: int) -> Self:
         lid, count = _fixed(frame, _R_BATCH, "read-multi response")
         pos = HEADER_SIZE + _R_BATCH.size
-        items: list[tuple[int, int, bytes]] = []
-        isz = _R_READ_ITEM.size
-        for _ in range(count):
-            if len(frame) - pos < isz:
-                raise ProtocolError(f"truncated read-multi response: {len(items)} of {count} entries")
-            e, st, size = _R_READ_ITEM.unpack_from(frame, pos)
-            pos += isz
-            if size > len(frame) - pos:
-                raise ProtocolError(f"read-multi entry {e} of {size} bytes does not fit the frame")
-            items.append((e, st, frame[pos : pos + size]))
-            pos += size
-        if pos != len(frame):
-            raise ProtocolError(f"read-multi response has {len(frame) - pos} bytes after its {count} entries")
+        fast = speedups.compiled
+        if fast is not None and type(frame) is bytes:
+            items = fast.read_multi_items(frame, pos, count)
+        else:
+            items = read_multi_items(frame, pos, count)
         return cls(request_id, status, lid, tuple(items))
+
+
+def read_multi_items(frame: bytes, pos: int, count: int) -> list[tuple[int, int, bytes]]:
+    """The ``(entry id, status, signed entry)`` items of a READ_MULTI answer, which start at
+    ``pos`` and must end the frame (the reader's per-entry decode; compiled in ``_speedups``)."""
+    items: list[tuple[int, int, bytes]] = []
+    isz = _R_READ_ITEM.size
+    for _ in range(count):
+        if len(frame) - pos < isz:
+            raise ProtocolError(f"truncated read-multi response: {len(items)} of {count} entries")
+        e, st, size = _R_READ_ITEM.unpack_from(frame, pos)
+        pos += isz
+        if size > len(frame) - pos:
+            raise ProtocolError(f"read-multi entry {e} of {size} bytes does not fit the frame")
+        items.append((e, st, frame[pos : pos + size]))
+        pos += size
+    if pos != len(frame):
+        raise ProtocolError(f"read-multi response has {len(frame) - pos} bytes after its {count} entries")
+    return items
 
 
 @dataclass(frozen=True, slots=True)

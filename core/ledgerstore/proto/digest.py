@@ -23,6 +23,7 @@ from typing import ClassVar, NamedTuple
 import crc32c as _crc32c
 
 from ledgerstore.errors import DigestMismatchError, InvalidArgumentError
+from ledgerstore.proto import speedups
 
 ENTRY_HEADER = struct.Struct(">QQq")
 _CRC_HEADER = struct.Struct(">QQqI")  # entry header followed by a crc32c digest
@@ -182,6 +183,10 @@ class Crc32cDigest(_CrcDigest):
         return out
 
     def verify_into(self, items: Iterable[tuple[int, int, bytes]], out: dict[int, Entry]) -> None:
+        fast = speedups.compiled
+        if fast is not None:
+            fast.crc32c_verify_into(self.ledger_id, items, out, Entry)
+            return
         lid = self.ledger_id
         crc = _crc32c.crc32c
         unpack = _CRC_HEADER.unpack_from

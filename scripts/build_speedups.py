@@ -1,0 +1,48 @@
+"""Compile ledgerstore's optional hot path (``core/ledgerstore/proto/_speedups.pyx``) in place.
+
+Run by ``scripts/setup.sh``. Needs Cython (the ``test`` extra) and a C compiler (Debian's gcc);
+without either it prints a warning and exits 0, and ledgerstore runs its pure-Python path
+(``ledgerstore.proto.speedups``). Rebuilds only what changed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO = ROOT / "core" / "ledgerstore" / "proto"
+
+
+def build() -> None:
+    from Cython.Build import cythonize
+    from setuptools import Distribution, Extension
+
+    ext = Extension("ledgerstore.proto._speedups", [str(PROTO / "_speedups.pyx")], include_dirs=[str(PROTO)],
+                    depends=[str(PROTO / "_speedups_c.h")], extra_compile_args=["-O2"])
+    modules = cythonize([ext], build_dir=str(ROOT / "build" / "cython"), quiet=True,
+                        compiler_directives={"language_level": 3})
+    dist = Distribution({"name": "ledgerstore-speedups", "ext_modules": modules, "package_dir": {"": "core"}})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.inplace = True  # type: ignore[attr-defined]
+    cmd.build_temp = str(ROOT / "build" / "speedups")  # type: ignore[attr-defined]
+    dist.run_command("build_ext")
+
+
+def main() -> int:
+    try:
+        build()
+    except ImportError as exc:
+        print(f"setup: warning: Cython is not installed ({exc}); ledgerstore runs its pure-Python hot path",
+              file=sys.stderr)
+    except Exception as exc:  # a compiler missing or failing: any error of the build means the fallback
+        print(f"setup: warning: building the compiled hot path failed ({type(exc).__name__}: {exc}); "
+              "ledgerstore runs its pure-Python hot path (install gcc and python3-dev, then run "
+              "scripts/setup.sh again)", file=sys.stderr)
+    else:
+        print("setup: compiled hot path built (ledgerstore.proto._speedups)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
