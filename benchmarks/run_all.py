@@ -5,6 +5,8 @@ Usage::
     python benchmarks/run_all.py                                  # ~3 minutes, 10 s per row
     python benchmarks/run_all.py --duration 30 --memory-entries 2000000 --profile-dir benchmarks/results/profiles
     python benchmarks/run_all.py --tiny --json-out /tmp/r.json --md-out /tmp/r.md   # shape check, ~20 s
+    python benchmarks/run_all.py --memory-entries 0 --repeat 5      # every row 5 times: min / median / max
+    python benchmarks/run_all.py --only latency --repeat 5          # the latency row alone, 5 times
 
 Rows (every bookie fsyncs its journal before it acknowledges, the default):
 
@@ -27,6 +29,16 @@ entries) and client RSS with 10,000 adds outstanding (the bookies are paused wit
 that the adds stay outstanding). ``--profile-dir`` adds py-spy profiles (raw collapsed stacks) of
 the client and one bookie during writes and during reads, with a top self-time summary; the
 profiled runs are separate from the measured ones because py-spy takes CPU from them.
+
+``--repeat N`` runs everything N times on fresh bookies: each row's measured value is then the
+median, with ``spread`` (min, median, max, the per-run values, runs passing) beside it, and a row
+passes only when every run passed ("5 of 5 runs" targets). ``--only ROW`` runs the named rows.
+
+The latency row also says what took its worst seconds: every bookie runs with an admin HTTP port
+and serves its per-second peaks (``GET /api/v1/bookie/stalls``: event-loop lag, journal queue
+wait and fsync, checkpoint and engine flush, entry-log writes and write-back syncs, GC pauses by
+generation; see ``ledgerstore.stalls``), this process probes its own loop lag and GC pauses, and
+``details.stalls`` lists, for the worst seconds, the peaks of every process's components.
 """
 
 from __future__ import annotations
@@ -43,11 +55,13 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -55,9 +69,10 @@ from typing import Any
 
 from ledgerstore.aio import Client
 from ledgerstore.bench import LatencyRecorder, ReadOptions, WriteOptions, run_reads, run_writes
-from ledgerstore.cluster import LocalCluster
+from ledgerstore.cluster import LocalCluster, free_ports
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.runtime import install_fast_loop, tune_gc
+from ledgerstore.stalls import PeakWindow, attribute, probe_loop_lag, watch_gc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from redis_xadd import RedisBenchError, run_xadd  # noqa: E402
@@ -162,13 +177,62 @@ def _slope(points: list[tuple[int, float]]) -> float | None:
 
 # --- workloads not in ledgerstore.bench -----------------------------------------------------------
 
+def with_admin_http(cluster: LocalCluster) -> dict[str, str]:
+    """Give every bookie of ``cluster`` (not started yet) an admin HTTP port; returns the URL of
+    each one's ``/api/v1/bookie/stalls`` by name (``bookie0``, ...)."""
+    cluster.write_configs()
+    urls = {}
+    for i, port in enumerate(free_ports(cluster.n)):
+        with open(cluster.config_path(i), "a") as fh:  # the file's last table is [bookie]
+            fh.write(f"http_port = {port}\n")
+        urls[f"bookie{i}"] = f"http://127.0.0.1:{port}/api/v1/bookie/stalls"
+    return urls
+
+
+def read_peaks(urls: dict[str, str]) -> dict[str, dict[str, dict[int, float]]]:
+    """Each bookie's per-second peaks (``GET /api/v1/bookie/stalls``), by bookie name."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for name, url in urls.items():
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                data = json.loads(resp.read())
+        except OSError as exc:
+            print(f"could not read the stall peaks of {name} ({url}): {exc}", file=sys.stderr)
+            continue
+        out[name] = {comp: {int(sec): v for sec, v in pairs} for comp, pairs in data["peaks"].items()}
+    return out
+
+
+def stall_summary(worst_ms: list[float], first_second: int, windows: dict[str, dict[str, dict[int, float]]],
+                  top: int = 5) -> dict[str, Any]:
+    """The worst seconds with what each process was doing then, and every component's peak over
+    the whole measured run."""
+    last = first_second + len(worst_ms)
+    overall: dict[str, float] = {}
+    for proc, comps in windows.items():
+        for comp, by_sec in comps.items():
+            vals = [v for sec, v in by_sec.items() if first_second - 1 <= sec < last]
+            if vals:
+                overall[f"{proc}.{comp}"] = round(max(vals) * 1000, 1)
+    return {"worst_seconds": attribute(worst_ms, first_second, windows, top=top),
+            "run_peaks_ms": dict(sorted(overall.items(), key=lambda kv: -kv[1]))}
+
+
 async def rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
-                            write_quorum: int, ack_quorum: int, warmup: float = 0.0) -> dict[str, Any]:
+                            write_quorum: int, ack_quorum: int, warmup: float = 0.0,
+                            stall_urls: dict[str, str] | None = None) -> dict[str, Any]:
     """Append ``rate`` entries per second for ``warmup + duration`` seconds on a fixed schedule;
     each add's latency runs from its scheduled time to its acknowledgement. Adds due during the
     warm-up (connections opening, first ledger writes) run on the same schedule but are not
-    recorded."""
+    recorded.
+
+    The worst latency of each wall-clock second is kept; with ``stall_urls`` (each bookie's
+    ``/api/v1/bookie/stalls``) the result also says, for the worst seconds, what the bookies and
+    this client (event-loop lag and GC pauses, probed during the run) were doing then."""
     lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
+    client_peaks = PeakWindow()
+    lag_probe = asyncio.get_running_loop().create_task(probe_loop_lag(client_peaks))
+    unwatch_gc = watch_gc(client_peaks)
     payload = os.urandom(entry_size)
     rec = LatencyRecorder()
     errors: list[BaseException] = []
@@ -178,10 +242,13 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
     # loop for a moment and inflate the latency of the last adds.
     acked = [0]
     all_acked = asyncio.Event()
-    #: worst latency of the adds due in each second: tells stalls from a uniformly slow path
-    worst = [0.0] * (int(duration) + 2)
     start = time.perf_counter()
     measure_from = start + warmup
+    #: worst latency of the adds due in each wall-clock second (from the one measuring starts
+    #: in): tells stalls from a uniformly slow path, and lines up with the bookies' peaks
+    to_wall = time.time() - start
+    first_second = int(measure_from + to_wall)
+    worst = [0.0] * (int(duration) + 3)
 
     def done(due: float, fut: asyncio.Future[int]) -> None:
         now = time.perf_counter()
@@ -190,7 +257,7 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
             errors.append(exc)
         elif due >= measure_from:
             rec.record(now - due)
-            sec = int(due - measure_from)
+            sec = int(due + to_wall) - first_second
             worst[sec] = max(worst[sec], now - due)
         acked[0] += 1
         if acked[0] == total:
@@ -211,14 +278,22 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
         await asyncio.sleep(max(0.001, start + issued / rate - time.perf_counter()))
     issue_seconds = time.perf_counter() - start
     await all_acked.wait()
+    lag_probe.cancel()
+    unwatch_gc()
     await lh.close()
     await client.delete_ledger(lh.ledger_id)
+    last_second = int(start + issue_seconds + to_wall)
+    worst_ms = [round(w * 1000, 1) for w in worst[:max(1, last_second - first_second + 1)]]
+    windows = {"client": client_peaks.snapshot(first_second - 1)}
+    if stall_urls:
+        windows |= await asyncio.to_thread(read_peaks, stall_urls)
     return {
         "rate_target": rate, "entries": issued - warm, "warmup_entries": warm, "issue_seconds": round(issue_seconds, 3),
         "rate_achieved": round(issued / issue_seconds, 1) if issue_seconds else 0.0,
         "max_schedule_lag_ms": round(max_lag * 1000, 3), "errors": len(errors),
         "first_error": repr(errors[0]) if errors else None, "latency_ms": rec.summary_ms(),
-        "worst_ms_per_second": [round(w * 1000, 1) for w in worst[:max(1, int(issue_seconds - warmup + 0.999))]],
+        "worst_ms_per_second": worst_ms,
+        "stalls": stall_summary(worst_ms, first_second, windows),
     }
 
 
@@ -369,6 +444,13 @@ class Plan:
     storage: str
     #: entries per append call in the throughput rows (1: append_async per entry)
     batch: int = 100
+    #: keys of the rows to run (empty: every row); rows they need run too (``read_seq_100b`` and
+    #: ``vs_redis`` read or compare with ``write_100b_e3``)
+    only: tuple[str, ...] = ()
+
+    def wants(self, *keys: str) -> bool:
+        """Whether any of the rows ``keys`` is to be run."""
+        return not self.only or any(k in self.only for k in keys)
 
 
 def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:
@@ -385,65 +467,66 @@ async def _one_add_per_call(client: Client, cluster: LocalCluster, plan: Plan, *
     return _write_details(w) | {"cpu_percent": cpu.percent()}
 
 
-async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any]) -> None:
+async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any],
+                             stall_urls: dict[str, str]) -> None:
     async with Client(metadata=cluster.metadata) as client:
         # The latency row runs first, on bookies that have not yet written gigabytes: on one disk
         # the kernel's write-back of the throughput rows' entry logs (and the checkpoint after
         # them) delays journal fsyncs by hundreds of milliseconds for a while (see performance.md)
-        r = rows["latency_10k"]
-        r.load_before = uptime()
-        cpu = CpuMeter(cluster)
-        lat = await rate_limited_adds(client, plan.rate, plan.rate_duration, 100, 3, 3, 2, warmup=plan.warmup)
-        r.details = lat | {"cpu_percent": cpu.percent()}
-        if lat["errors"]:
-            raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
-        r.settle(lat["latency_ms"]["p99"])
+        if plan.wants("latency_10k"):
+            r = rows["latency_10k"]
+            r.load_before = uptime()
+            cpu = CpuMeter(cluster)
+            lat = await rate_limited_adds(client, plan.rate, plan.rate_duration, 100, 3, 3, 2, warmup=plan.warmup,
+                                          stall_urls=stall_urls)
+            r.details = lat | {"cpu_percent": cpu.percent()}
+            if lat["errors"]:
+                raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
+            r.settle(lat["latency_ms"]["p99"])
+        if plan.wants("write_100b_e3", "read_seq_100b", "vs_redis"):
+            await _throughput_and_read_rows(client, cluster, plan, rows, extra)
+        if plan.wants("write_1kb_e3"):
+            await _one_kb_row_and_client_memory(client, cluster, plan, rows, extra)
 
-        r = rows["write_100b_e3"]
-        r.load_before = uptime()
-        cpu = CpuMeter(cluster)
-        w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
-                                                 keep_ledgers=True))
-        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
-        if w.errors:
-            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
-        r.settle(w.entries_per_s)
-        ledger = w.ledger_ids[0]
-        if plan.batch > 1:
-            r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=3, write_quorum=3,
-                                                                    ack_quorum=2, entry_size=100)
 
-        r = rows["read_seq_100b"]
-        r.load_before = uptime()
-        cpu = CpuMeter(cluster)
-        rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000, window=2))
-        r.details = {"cpu_percent": cpu.percent(), "entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s,
-                     "read_batch": 1000, "read_window": 2,
-                     "ledger_entries": rd.entries, "batch_latency_ms": rd.batch_latency_ms}
-        r.settle(rd.entries_per_s)
+async def _throughput_and_read_rows(client: Client, cluster: LocalCluster, plan: Plan, rows: dict[str, Row],
+                                    extra: dict[str, Any]) -> None:
+    r = rows["write_100b_e3"]
+    w = await _write_row(client, cluster, plan, r, "entries_per_s", ensemble=3, write_quorum=3, ack_quorum=2,
+                         entry_size=100, keep_ledgers=True)
+    ledger = w.ledger_ids[0]
+    if plan.batch > 1:
+        r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=3, write_quorum=3,
+                                                                ack_quorum=2, entry_size=100)
 
-        if plan.profile_dir is not None:
-            targets = {"client": os.getpid(), "bookie0": cluster.procs[0].pid}
-            extra["profiles"] = {
-                "writes": await profiled(
-                    lambda: run_writes(client, WriteOptions(ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
-                                                            duration=plan.profile_seconds + 0.5, batch=plan.batch)),
-                    targets, plan.profile_dir, "writes", plan.profile_seconds),
-                "reads": await profiled(lambda: _read_for(client, ledger, plan.profile_seconds + 0.5),
-                                        targets, plan.profile_dir, "reads", plan.profile_seconds),
-            }
-        await client.delete_ledger(ledger)
+    r = rows["read_seq_100b"]
+    r.load_before = uptime()
+    cpu = CpuMeter(cluster)
+    rd = await run_reads(client, ReadOptions(ledger_id=ledger, password=PASSWORD, batch=1000, window=2))
+    r.details = {"cpu_percent": cpu.percent(), "entries": rd.entries, "seconds": rd.seconds, "mb_per_s": rd.mb_per_s,
+                 "read_batch": 1000, "read_window": 2,
+                 "ledger_entries": rd.entries, "batch_latency_ms": rd.batch_latency_ms}
+    r.settle(rd.entries_per_s)
 
-        r = rows["write_1kb_e3"]
-        r.load_before = uptime()
-        cpu = CpuMeter(cluster)
-        w = await run_writes(client, _write_opts(plan, ensemble=3, write_quorum=3, ack_quorum=2, entry_size=1024))
-        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
-        if w.errors:
-            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
-        r.settle(w.mb_per_s)
+    if plan.profile_dir is not None:
+        targets = {"client": os.getpid(), "bookie0": cluster.procs[0].pid}
+        extra["profiles"] = {
+            "writes": await profiled(
+                lambda: run_writes(client, WriteOptions(ensemble=3, write_quorum=3, ack_quorum=2, entry_size=100,
+                                                        duration=plan.profile_seconds + 0.5, batch=plan.batch)),
+                targets, plan.profile_dir, "writes", plan.profile_seconds),
+            "reads": await profiled(lambda: _read_for(client, ledger, plan.profile_seconds + 0.5),
+                                    targets, plan.profile_dir, "reads", plan.profile_seconds),
+        }
+    await client.delete_ledger(ledger)
 
-        extra["client_memory"] = await client_rss_with_outstanding(client, cluster, plan.outstanding, 100)
+
+async def _one_kb_row_and_client_memory(client: Client, cluster: LocalCluster, plan: Plan, rows: dict[str, Row],
+                                        extra: dict[str, Any]) -> None:
+    await _write_row(client, cluster, plan, rows["write_1kb_e3"], "mb_per_s", ensemble=3, write_quorum=3,
+                     ack_quorum=2, entry_size=1024)
+
+    extra["client_memory"] = await client_rss_with_outstanding(client, cluster, plan.outstanding, 100)
 
 
 async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Row], extra: dict[str, Any]) -> None:
@@ -451,14 +534,8 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
     rss_start = rss_mb(pid)
     async with Client(metadata=cluster.metadata) as client:
         r = rows["write_100b_e1"]
-        r.load_before = uptime()
-        cpu = CpuMeter(cluster)
-        w = await run_writes(client, _write_opts(plan, ensemble=1, write_quorum=1, ack_quorum=1, entry_size=100,
-                                                 keep_ledgers=True))
-        r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
-        if w.errors:
-            raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
-        r.settle(w.entries_per_s)
+        w = await _write_row(client, cluster, plan, r, "entries_per_s", ensemble=1, write_quorum=1, ack_quorum=1,
+                             entry_size=100, keep_ledgers=True)
         stored = w.entries + w.warmup_entries
         if plan.batch > 1:
             r.details["one_add_per_call"] = await _one_add_per_call(client, cluster, plan, ensemble=1, write_quorum=1,
@@ -470,33 +547,25 @@ async def _one_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, Ro
             extra["bookie_memory"] = mem
 
 
+async def _write_row(client: Client, cluster: LocalCluster, plan: Plan, r: Row, measure: str, **kw: Any) -> Any:
+    """Run one throughput row and settle it on ``measure`` (``entries_per_s`` or ``mb_per_s``)."""
+    r.load_before = uptime()
+    cpu = CpuMeter(cluster)
+    w = await run_writes(client, _write_opts(plan, **kw))
+    r.details = _write_details(w) | {"cpu_percent": cpu.percent()}
+    if w.errors:
+        raise LedgerStoreError(f"write benchmark failed: {w.first_error}")
+    r.settle(getattr(w, measure))
+    return w
+
+
 def _write_details(w: Any) -> dict[str, Any]:
     return {"entries": w.entries, "seconds": w.seconds, "entries_per_s": w.entries_per_s, "mb_per_s": w.mb_per_s,
             "latency_ms": w.latency_ms, "warmup_entries": w.warmup_entries, "throttle": w.options["throttle"],
             "append_batch": w.options["batch"]}
 
 
-def run(plan: Plan) -> dict[str, Any]:
-    """Run every row; returns the JSON-able result."""
-    install_fast_loop()
-    tune_gc()
-    rows = _rows()
-    extra: dict[str, Any] = {}
-    started = datetime.datetime.now(datetime.UTC)
-    with tempfile.TemporaryDirectory(prefix="ledgerstore-perf-") as tmp:
-        cluster = LocalCluster(Path(tmp) / "three", bookies=3, port_base=None, storage=plan.storage)
-        try:
-            cluster.start()
-            asyncio.run(_three_bookie_rows(cluster, plan, rows, extra))
-        finally:
-            cluster.stop()
-        cluster = LocalCluster(Path(tmp) / "one", bookies=1, port_base=None, storage=plan.storage)
-        try:
-            cluster.start()
-            asyncio.run(_one_bookie_rows(cluster, plan, rows, extra))
-        finally:
-            cluster.stop()
-
+def _redis_row(plan: Plan, rows: dict[str, Row]) -> None:
     r = rows["vs_redis"]
     r.load_before = uptime()
     try:
@@ -508,6 +577,37 @@ def run(plan: Plan) -> dict[str, Any]:
         r.details = {"redis": red, "ledgerstore_entries_per_s": ours}
         r.settle(round(ours / red["entries_per_s"], 2) if red["entries_per_s"] else 0.0)
 
+
+def run(plan: Plan) -> dict[str, Any]:
+    """Run every row; returns the JSON-able result."""
+    install_fast_loop()
+    tune_gc()
+    rows = _rows()
+    extra: dict[str, Any] = {}
+    started = datetime.datetime.now(datetime.UTC)
+    for r in rows.values():
+        if not plan.wants(r.key):
+            r.skipped = "not run (--only)"
+    with tempfile.TemporaryDirectory(prefix="ledgerstore-perf-") as tmp:
+        if plan.wants("latency_10k", "write_100b_e3", "read_seq_100b", "vs_redis", "write_1kb_e3"):
+            cluster = LocalCluster(Path(tmp) / "three", bookies=3, port_base=None, storage=plan.storage)
+            stall_urls = with_admin_http(cluster)
+            try:
+                cluster.start()
+                asyncio.run(_three_bookie_rows(cluster, plan, rows, extra, stall_urls))
+            finally:
+                cluster.stop()
+        if plan.wants("write_100b_e1"):
+            cluster = LocalCluster(Path(tmp) / "one", bookies=1, port_base=None, storage=plan.storage)
+            try:
+                cluster.start()
+                asyncio.run(_one_bookie_rows(cluster, plan, rows, extra))
+            finally:
+                cluster.stop()
+
+    if plan.wants("vs_redis"):
+        _redis_row(plan, rows)
+
     return {
         "started": started.isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
@@ -515,6 +615,37 @@ def run(plan: Plan) -> dict[str, Any]:
         "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
         "rows": [dataclasses.asdict(r) | {"status": r.status()} for r in rows.values()],
         **extra,
+    }
+
+
+def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result out of several runs of the same plan: every row's measured value becomes the
+    median of the runs, with its spread (``min``, ``median``, ``max``, the per-run ``values`` and
+    how many runs passed) beside it; a row passes only when every run passed. The per-run rows
+    are kept under ``runs``; the memory and profile figures are the last run's."""
+    if len(results) == 1:
+        return results[0]
+    last = results[-1]
+    rows = []
+    for i, row in enumerate(last["rows"]):
+        per_run = [res["rows"][i] for res in results]
+        values = [r["measured"] for r in per_run if r["measured"] is not None and not r["skipped"]]
+        row = dict(row)
+        if values:
+            passed = sum(r["passed"] is True for r in per_run)
+            row["spread"] = {"min": min(values), "median": statistics.median(values), "max": max(values),
+                             "values": values, "passed_runs": passed, "runs": len(per_run)}
+            row["measured"] = row["spread"]["median"]
+            row["passed"] = passed == len(per_run)
+            row["skipped"] = None
+            row["status"] = "pass" if row["passed"] else "FAIL"
+        rows.append(row)
+    return last | {
+        "started": results[0]["started"],
+        "repeat": len(results),
+        "rows": rows,
+        "runs": [{"started": res["started"], "uptime_at_end": res["machine"]["uptime_at_end"],
+                  "rows": res["rows"]} for res in results],
     }
 
 
@@ -530,16 +661,38 @@ def _fmt(v: float | None, unit: str) -> str:
 
 def to_markdown(result: dict[str, Any]) -> str:
     """The Markdown report: the target table, then memory and profile figures when present."""
+    repeat = result.get("repeat", 1)
     out = [f"# ledgerstore performance run, {result['started']}", "",
            f"{result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
-           f"load at end: `{result['machine']['uptime_at_end']}`", "",
-           "| Benchmark | Metric | Measured | Target | Result | Load before (1/5/15 min) |",
-           "|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        load = r["load_before"].rpartition("load average:")[2].strip() or "-"
-        measured = f"skipped: {r['skipped']}" if r["skipped"] else f"{_fmt(r['measured'], r['unit'])} {r['unit']}"
-        out.append(f"| {r['name']} | {r['metric']} | {measured} | {r['op']} {_fmt(r['target'], r['unit'])} "
-                   f"{r['unit']} | {r['status']} | {load} |")
+           f"load at end: `{result['machine']['uptime_at_end']}`", ""]
+    if repeat > 1:
+        out += [f"{repeat} runs of every row; measured is the median, a row passes when every run passed.", "",
+                "| Benchmark | Metric | Min / median / max | Target | Runs passing | Result |",
+                "|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            sp = r.get("spread")
+            if sp is None:
+                out.append(f"| {r['name']} | {r['metric']} | skipped: {r['skipped']} | - | - | {r['status']} |")
+                continue
+            u = r["unit"]
+            out.append(f"| {r['name']} | {r['metric']} | {_fmt(sp['min'], u)} / {_fmt(sp['median'], u)} / "
+                       f"{_fmt(sp['max'], u)} {u} | {r['op']} {_fmt(r['target'], u)} {u} | "
+                       f"{sp['passed_runs']} of {sp['runs']} | {r['status']} |")
+        out += ["", "Per run:", "", "| Run | " + " | ".join(r["key"] for r in result["rows"]) + " | Load at end |",
+                "|---" * (len(result["rows"]) + 2) + "|"]
+        for n, run_ in enumerate(result["runs"], 1):
+            cells = [_fmt(r["measured"], r["unit"]) if not r["skipped"] else "-" for r in run_["rows"]]
+            load = run_["uptime_at_end"].rpartition("load average:")[2].strip()
+            out.append(f"| {n} | " + " | ".join(cells) + f" | {load} |")
+    else:
+        out += ["| Benchmark | Metric | Measured | Target | Result | Load before (1/5/15 min) |",
+                "|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            load = r["load_before"].rpartition("load average:")[2].strip() or "-"
+            measured = f"skipped: {r['skipped']}" if r["skipped"] else f"{_fmt(r['measured'], r['unit'])} {r['unit']}"
+            out.append(f"| {r['name']} | {r['metric']} | {measured} | {r['op']} {_fmt(r['target'], r['unit'])} "
+                       f"{r['unit']} | {r['status']} | {load} |")
+    out += _stall_lines(result)
     out += ["", "## Details", ""]
     for r in result["rows"]:
         d = r["details"]
@@ -590,6 +743,34 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _stall_lines(result: dict[str, Any]) -> list[str]:
+    """Markdown: the worst seconds of each run's latency row and what took them."""
+    runs = result.get("runs") or [{"rows": result["rows"]}]
+    out: list[str] = []
+    for n, run_ in enumerate(runs, 1):
+        lat = next((r for r in run_["rows"] if r["key"] == "latency_10k"), None)
+        stalls = lat["details"].get("stalls") if lat and not lat["skipped"] else None
+        if not stalls:
+            continue
+        if not out:
+            out += ["", "## Latency row: the worst seconds and what the processes were doing", "",
+                    "Peaks in that second and the one before, in ms, of each process's components "
+                    "(`loop_lag`: event loop late; `journal_queue`/`journal_fsync`: the journal; `checkpoint`, "
+                    "`engine_flush`, `writeback_sync`: storage; `gc_genN`: garbage-collector pauses).", ""]
+        d = lat["details"]
+        out.append(f"- run {n} (p99 {d['latency_ms']['p99']} ms, p99.9 {d['latency_ms']['p99.9']} ms): "
+                   + "; ".join(f"second {w['second']}: {w['worst_add_ms']} ms <- "
+                               + (", ".join(f"{k} {v}" for k, v in w["peaks_ms"].items()) or "nothing above 1 ms")
+                               for w in stalls["worst_seconds"][:3]))
+    return out
+
+
+def print_stalls(result: dict[str, Any]) -> None:
+    """The latency row's stall attribution on stdout."""
+    for line in _stall_lines(result)[4:]:
+        print(line.removeprefix("- "))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -612,11 +793,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true",
                     help="a few thousand entries per row: checks that everything runs, measures nothing")
     ap.add_argument("--fail-on-miss", action="store_true", help="exit with status 1 when a row misses its target")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run everything N times (fresh bookies each time) and report each row's spread "
+                         "(min, median, max; per-run values in the JSON)")
+    ap.add_argument("--only", action="append", default=[], metavar="ROW",
+                    help=f"run only this row (repeatable; 'latency' means latency_10k): {', '.join(_rows())}")
     args = ap.parse_args(argv)
+    only = tuple("latency_10k" if k == "latency" else k for k in args.only)
+    unknown = sorted(set(only) - set(_rows()))
+    if unknown or args.repeat < 1:
+        ap.error(f"unknown row(s) {unknown}" if unknown else "--repeat must be at least 1")
     plan = Plan(duration=args.duration, count=None, warmup=args.warmup, rate=args.rate, rate_duration=args.rate_duration,
                 outstanding=args.outstanding, memory_entries=args.memory_entries, redis_pipeline=args.redis_pipeline,
                 profile_dir=args.profile_dir, profile_seconds=args.profile_seconds, storage=args.storage,
-                batch=args.batch)
+                batch=args.batch, only=only)
     if args.tiny:
         plan = dataclasses.replace(plan, duration=None, count=2000, warmup=0.0, rate_duration=0.5,
                                    outstanding=min(args.outstanding, 2000), memory_entries=min(args.memory_entries, 5000),
@@ -624,13 +814,27 @@ def main(argv: list[str] | None = None) -> int:
                                    profile_seconds=min(args.profile_seconds, 1.0))
     if plan.profile_dir is not None:
         plan.profile_dir.mkdir(parents=True, exist_ok=True)
-    result = run(plan)
+    results = []
+    for n in range(args.repeat):
+        results.append(run(plan))
+        if args.repeat > 1:
+            lat = next(r for r in results[-1]["rows"] if r["key"] == "latency_10k")
+            print(f"run {n + 1} of {args.repeat} done: " + ", ".join(
+                f"{r['key']} {_fmt(r['measured'], r['unit'])}" for r in results[-1]["rows"] if not r["skipped"])
+                  + ("" if lat["skipped"] else f" (latency p99.9 {lat['details']['latency_ms']['p99.9']} ms)"),
+                  flush=True)
+    result = combine(results)
     for path, text in ((args.json_out, json.dumps(result, indent=2) + "\n"), (args.md_out, to_markdown(result))):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     for r in result["rows"]:
         value = r["skipped"] or f"{_fmt(r['measured'], r['unit'])} {r['unit']}"
+        sp = r.get("spread")
+        if sp:
+            value = (f"min {_fmt(sp['min'], r['unit'])} median {_fmt(sp['median'], r['unit'])} max "
+                     f"{_fmt(sp['max'], r['unit'])} {r['unit']}, {sp['passed_runs']} of {sp['runs']} runs pass")
         print(f"{r['status']:>7}  {r['name']}: {value} (target {r['op']} {_fmt(r['target'], r['unit'])})")
+    print_stalls(result)
     print(f"wrote {args.json_out} and {args.md_out}")
     return 1 if args.fail_on_miss and any(r["passed"] is False for r in result["rows"]) else 0
 

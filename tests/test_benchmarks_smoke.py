@@ -81,3 +81,33 @@ def test_markdown_table_lists_every_row_with_measured_target_and_result(tiny_run
         assert cells[3].startswith(r["op"])
     assert "## Memory" in md
     assert "wrote " in stdout
+
+
+def test_repeat_and_only_report_the_spread_of_each_row_and_attribute_the_latency_stalls(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(RUN_ALL), "--tiny", "--only", "latency", "--repeat", "2",
+         "--json-out", str(tmp_path / "r.json"), "--md-out", str(tmp_path / "r.md")],
+        capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, f"run_all.py --repeat 2 failed:\n{proc.stdout}\n{proc.stderr}"
+    result = json.loads((tmp_path / "r.json").read_text())
+    rows = {r["key"]: r for r in result["rows"]}
+    assert list(rows) == ROW_KEYS and result["repeat"] == 2 and len(result["runs"]) == 2
+    for key, r in rows.items():
+        if key != "latency_10k":
+            assert r["skipped"] == "not run (--only)" and r["status"] == "skipped", key
+    lat = rows["latency_10k"]
+    per_run = [next(r for r in run["rows"] if r["key"] == "latency_10k")["measured"] for run in result["runs"]]
+    spread = lat["spread"]
+    assert spread["values"] == per_run and spread["runs"] == 2
+    assert spread["min"] == min(per_run) and spread["max"] == max(per_run) and lat["measured"] == spread["median"]
+    assert lat["passed"] is (spread["passed_runs"] == 2)
+    # every bookie served its per-second peaks, and the client probed its own loop
+    for run in result["runs"]:
+        stalls = next(r for r in run["rows"] if r["key"] == "latency_10k")["details"]["stalls"]
+        assert stalls["worst_seconds"] and all("peaks_ms" in w for w in stalls["worst_seconds"])
+        procs = {name.split(".")[0] for name in stalls["run_peaks_ms"]}
+        assert {"bookie0", "bookie1", "bookie2"} <= procs, stalls["run_peaks_ms"]
+    md = (tmp_path / "r.md").read_text()
+    assert "| Benchmark | Metric | Min / median / max | Target | Runs passing | Result |" in md
+    assert "the worst seconds and what the processes were doing" in md
+    assert "of 2 runs pass" in proc.stdout

@@ -13,6 +13,7 @@ Callers serialise access (the engine's lock); nothing here locks.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from crc32c import crc32c
 
 from ledgerstore.errors import BookieIOError, storage_write_error
+from ledgerstore.stalls import peaks
 from ledgerstore_entrylog.format import (
     LOG_HEADER_SIZE,
     RECORD_HEADER,
@@ -126,7 +128,9 @@ class EntryLog:
         if not buf:
             return
         try:
+            t0 = time.perf_counter()
             pwrite_all(self.fd, buf, self.written)
+            peaks.observe("entrylog_write", time.perf_counter() - t0)
         except OSError as exc:
             raise storage_write_error(f"write to entry log {self.path} at offset {self.written} failed", exc) from exc
         self.written += len(buf)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from ledgerstore.errors import BookieDiskFullError, BookieIOError
+from ledgerstore.stalls import peaks
 from ledgerstore_entrylog.entrylog import EntryLog
 from ledgerstore_entrylog.index import fsync_dir, fsync_file
 
@@ -72,7 +74,9 @@ class WriteBack:
                         lg.synced_to = lg.written
                 for lg, fd, nbytes in jobs:
                     try:
+                        t0 = time.perf_counter()
                         os.fdatasync(fd)
+                        peaks.observe("writeback_sync", time.perf_counter() - t0)
                     except OSError as exc:
                         if self._closed:
                             return

@@ -20,6 +20,7 @@ from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.http_routes import Endpoints, Route
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.stalls import peaks
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def bookie_routes(server: Any) -> tuple[list[Route], list[Route]]:
         ("GET", "/heartbeat", api.heartbeat),
         ("GET", "/metrics", api.metrics),
         ("GET", "/api/v1/bookie/info", api.info),
+        ("GET", "/api/v1/bookie/stalls", api.stalls),
         ("GET", "/api/v1/bookie/state", api.get_state),
         ("PUT", "/api/v1/bookie/state", api.put_state),
         ("GET", "/api/v1/bookie/list_bookies", api.list_bookies),
@@ -93,6 +95,14 @@ class BookieEndpoints(Endpoints):
             "storage_stats": dataclasses.asdict(stats) if stats is not None else None,
         })
         return Response.of_json(info)
+
+    async def stalls(self, req: Request) -> Response:
+        """Per-second peaks of this process's loop lag, journal queue and fsync, checkpoints,
+        write-back syncs and GC pauses (:mod:`ledgerstore.stalls`): ``{"now": unix time,
+        "peaks": {component: [[second, seconds], ...]}}``."""
+        snap = peaks.snapshot()
+        return Response.of_json({"now": time.time(),
+                                 "peaks": {k: sorted([s, round(v, 6)] for s, v in by.items()) for k, by in snap.items()}})
 
     def state(self) -> dict[str, Any]:
         b = self.bookie

@@ -35,6 +35,7 @@ import crc32c
 
 from ledgerstore.errors import BookieIOError
 from ledgerstore.latency import LatencyHistogram
+from ledgerstore.stalls import peaks
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +345,8 @@ class Journal(Generic[C]):
                 queued.append(nxt[3])
                 started.append(nxt[4])
             taken = time.perf_counter()
+            # the oldest append of the group waited longest: the queue's per-second peak
+            peaks.observe("journal_queue", taken - queued[0])
             try:
                 self._write_group(bufs, size, nrecords)
             except OSError as exc:
@@ -390,6 +393,7 @@ class Journal(Generic[C]):
             took = time.perf_counter() - t0
             self.fsync_seconds += took
             self.sync_seconds.observe(took)
+            peaks.observe("journal_fsync", took)
         self._offset += size
         self.groups += 1
         self.records += nrecords

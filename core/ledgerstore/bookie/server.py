@@ -45,6 +45,7 @@ from ledgerstore.config import BookieConfig
 from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import create_transport, load_driver, notify
+from ledgerstore.stalls import peaks, probe_loop_lag, watch_gc
 from ledgerstore.startup import (
     SUPERVISOR_PID_ENV,
     check_port_free,
@@ -319,8 +320,11 @@ class Bookie:
             self.engine.flush()
             t1 = time.perf_counter()
             self.journal.checkpoint_done(mark)
+            took = time.perf_counter() - t0
             self.counters.flush_seconds.observe(t1 - t0)
-            self.counters.checkpoint_seconds.observe(time.perf_counter() - t0)
+            self.counters.checkpoint_seconds.observe(took)
+            peaks.observe("engine_flush", t1 - t0, time.time() - took)
+            peaks.observe("checkpoint", took)
 
     async def _checkpoint_loop(self) -> None:
         interval = self.config.flush_interval_ms / 1000.0
@@ -424,6 +428,10 @@ async def run_bookie(config: BookieConfig, ready: Any = None) -> None:
     if ready is not None:
         ready(bookie)
     loop = asyncio.get_running_loop()
+    # per-second peaks of loop lag and GC pauses (GET /api/v1/bookie/stalls): this process is
+    # one bookie, so the process-wide window is this bookie's
+    unwatch_gc = watch_gc(peaks)
+    lag_probe = loop.create_task(probe_loop_lag(peaks), name="loop-lag-peaks")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
@@ -437,6 +445,8 @@ async def run_bookie(config: BookieConfig, ready: Any = None) -> None:
     finally:
         if watch is not None:
             watch.cancel()
+        lag_probe.cancel()
+        unwatch_gc()
         await bookie.stop()
 
 
