@@ -1,4 +1,6 @@
-"""Compile ledgerstore's optional hot path (``core/ledgerstore/proto/_speedups.pyx``) in place.
+"""Compile ledgerstore's optional hot path in place: ``core/ledgerstore/proto/_speedups.pyx`` (the
+codec's and the digest's per-entry loops) and ``plugins/ledgerstore_entrylog/_records.pyx`` (the
+entry log's record headers, with core's C helpers).
 
 Run by ``scripts/setup.sh``. Needs Cython (the ``test`` extra) and a C compiler (Debian's gcc);
 without either it prints a warning and exits 0, and ledgerstore runs its pure-Python path
@@ -9,20 +11,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO = ROOT / "core" / "ledgerstore" / "proto"
+ENTRYLOG = ROOT / "plugins" / "ledgerstore_entrylog"
 
 
 def build() -> None:
     from Cython.Build import cythonize
     from setuptools import Distribution, Extension
 
-    ext = Extension("ledgerstore.proto._speedups", [str(PROTO / "_speedups.pyx")], include_dirs=[str(PROTO)],
-                    depends=[str(PROTO / "_speedups_c.h")], extra_compile_args=["-O2"])
-    modules = cythonize([ext], build_dir=str(ROOT / "build" / "cython"), quiet=True,
+    common: dict[str, Any] = {"include_dirs": [str(PROTO)], "depends": [str(PROTO / "_speedups_c.h")],
+                              "extra_compile_args": ["-O2"]}
+    exts = [Extension("ledgerstore.proto._speedups", [str(PROTO / "_speedups.pyx")], **common),
+            Extension("ledgerstore_entrylog._records", [str(ENTRYLOG / "_records.pyx")], **common)]
+    modules = cythonize(exts, build_dir=str(ROOT / "build" / "cython"), quiet=True,
                         compiler_directives={"language_level": 3})
-    dist = Distribution({"name": "ledgerstore-speedups", "ext_modules": modules, "package_dir": {"": "core"}})
+    dist = Distribution({"name": "ledgerstore-speedups", "ext_modules": modules,
+                         "package_dir": {"ledgerstore": "core/ledgerstore", "ledgerstore_entrylog": str(ENTRYLOG)}})
     cmd = dist.get_command_obj("build_ext")
     cmd.inplace = True  # type: ignore[attr-defined]
     cmd.build_temp = str(ROOT / "build" / "speedups")  # type: ignore[attr-defined]
@@ -40,7 +47,7 @@ def main() -> int:
               "ledgerstore runs its pure-Python hot path (install gcc and python3-dev, then run "
               "scripts/setup.sh again)", file=sys.stderr)
     else:
-        print("setup: compiled hot path built (ledgerstore.proto._speedups)")
+        print("setup: compiled hot path built (ledgerstore.proto._speedups, ledgerstore_entrylog._records)")
     return 0
 
 

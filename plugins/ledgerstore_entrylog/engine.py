@@ -61,6 +61,7 @@ from ledgerstore_entrylog.format import (
     decode_ledger_map,
     encode_ledger_map,
     parse_log_file_name,
+    record_heads,
 )
 from ledgerstore_entrylog.index import (
     fsync_dir,
@@ -79,14 +80,19 @@ log = logging.getLogger(__name__)
 
 _MiB = 1024 * 1024
 _DEFAULTS: dict[str, Any] = {
-    "write_buffer_size": 4 * _MiB,
+    # BookKeeper's entry logger buffers 64 KiB: the buffer goes to the file in one pwrite on the
+    # add path (the bookie's event loop), and a 4 MiB one held the loop for 10-45 ms every few
+    # seconds at 10,000 adds/s (docs/performance.md, "Latency")
+    "write_buffer_size": 256 * 1024,
     "entry_log_size_limit": 1024 * _MiB,
     "page_size": 8192,
     "page_limit_bytes": 64 * _MiB,
     "minor_compaction_threshold": 0.2,
     "major_compaction_threshold": 0.8,
     "flush_interval": 0.0,
-    "flush_entrylog_bytes": 4 * _MiB,
+    # each background fdatasync is short (a few ms), so a journal fsync queued behind it on the
+    # same disk waits little
+    "flush_entrylog_bytes": 1 * _MiB,
 }
 
 
@@ -94,13 +100,13 @@ class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
     """Interleaved entry logs + per-ledger index files + a bounded ledger cache.
 
     Options (all optional): ``write_buffer_size`` (bytes buffered per active log before a write,
-    4 MiB), ``entry_log_size_limit`` (roll size, 1 GiB, at most 4 GiB), ``page_size`` (index page
+    256 KiB), ``entry_log_size_limit`` (roll size, 1 GiB, at most 4 GiB), ``page_size`` (index page
     size, 8 KiB, a multiple of 8), ``page_limit_bytes`` (ledger cache bound, 64 MiB),
     ``minor_compaction_threshold`` (used by :meth:`gc`, 0.2), ``major_compaction_threshold``
     (0.8, for the bookie's major compaction runs through :meth:`compact`), ``flush_interval``
     (seconds between background flushes, 0 = only when the bookie calls :meth:`flush`),
     ``flush_entrylog_bytes`` (a background thread fdatasyncs an entry log each time this many
-    bytes have been written to it since its last sync, 4 MiB; 0 = only the checkpoint syncs).
+    bytes have been written to it since its last sync, 1 MiB; 0 = only the checkpoint syncs).
     """
 
     name = "entrylog"
@@ -543,17 +549,8 @@ class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
             return
         if not 0 <= ledger_id <= MAX_ID:
             raise InvalidArgumentError(f"entry ({ledger_id}, {entries[0][0]}) is outside 0..2**63-1")
-        pack_ids = RECORD_IDS.pack
-        pack_head = RECORD_LEN_CRC.pack
         # Checksums and record headers are computed before taking the lock, as add_entry does.
-        records: list[tuple[int, bytes, Any, int]] = []
-        for entry_id, data in entries:
-            if not 0 <= entry_id <= MAX_ID:
-                raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
-            ids = pack_ids(ledger_id, entry_id)
-            n = len(data)
-            head = pack_head(n, crc32c(data, crc32c(ids))) + ids
-            records.append((entry_id, head, data, RECORD_HEADER_SIZE + n))
+        records = record_heads(ledger_id, entries)
         limit = self._log_limit
         wbs = self._wbs
         spp = self._spp

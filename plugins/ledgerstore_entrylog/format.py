@@ -9,11 +9,19 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
-from ledgerstore.errors import BookieIOError
+from ledgerstore.errors import BookieIOError, InvalidArgumentError
+from ledgerstore.proto import speedups
+
+try:  # compiled by scripts/setup.sh; it runs whenever core's compiled hot path does
+    from ledgerstore_entrylog._records import record_heads as _compiled_record_heads
+except ImportError:
+    _compiled_record_heads = None
 
 __all__ = [
     "LOG_HEADER_SIZE",
@@ -35,6 +43,7 @@ __all__ = [
     "page_from_bytes",
     "page_to_disk",
     "record_crc",
+    "record_heads",
 ]
 
 # --- entry log ---------------------------------------------------------------------------------
@@ -60,6 +69,26 @@ RECORD_LEN_CRC = struct.Struct(">II")
 def record_crc(ids: bytes | memoryview, data: bytes | bytearray | memoryview) -> int:
     """CRC32C over the packed (ledger id, entry id) followed by the entry data."""
     return crc32c(data, crc32c(ids))
+
+
+def record_heads(ledger_id: int, entries: Iterable[tuple[int, Any]]) -> list[tuple[int, bytes, Any, int]]:
+    """``(entry id, record header, data, record size)`` for each ``(entry id, data)`` of a batch:
+    the per-entry work of the batch append, done before the engine takes its lock.
+    InvalidArgumentError for an entry id outside ``0..2**63-1``. Compiled (``_records.pyx``) when
+    built, unless ``ledgerstore.proto.speedups`` runs the pure-Python path."""
+    if _compiled_record_heads is not None and speedups.compiled is not None:
+        return _compiled_record_heads(ledger_id, entries)
+    pack_ids = RECORD_IDS.pack
+    pack_head = RECORD_LEN_CRC.pack
+    records: list[tuple[int, bytes, Any, int]] = []
+    append = records.append
+    for entry_id, data in entries:
+        if not 0 <= entry_id <= MAX_ID:
+            raise InvalidArgumentError(f"entry ({ledger_id}, {entry_id}) is outside 0..2**63-1")
+        ids = pack_ids(ledger_id, entry_id)
+        n = len(data)
+        append((entry_id, pack_head(n, crc32c(data, crc32c(ids))) + ids, data, RECORD_HEADER_SIZE + n))
+    return records
 
 
 def encode_log_header(log_id: int) -> bytes:

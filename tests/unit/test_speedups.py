@@ -16,12 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledgerstore.errors import ProtocolError
+from ledgerstore.errors import InvalidArgumentError, ProtocolError
 from ledgerstore.proto import codec, speedups
 from ledgerstore.proto.digest import Crc32cDigest, Entry
+from ledgerstore_entrylog import format as entrylog_format
 
 PROTO = Path(speedups.__file__).parent
 BUILT = sorted(PROTO.glob("_speedups*.so"))
+RECORDS_BUILT = sorted(Path(entrylog_format.__file__).parent.glob("_records*.so"))
 compiled = speedups.load()
 needs_compiled = pytest.mark.skipif(
     compiled is None, reason=f"the compiled hot path is not built (scripts/setup.sh) or {speedups.PURE_PYTHON_ENV} is set")
@@ -65,6 +67,8 @@ def test_the_compiled_module_is_in_use_when_built() -> None:
         return
     assert speedups.compiled is not None, f"{BUILT[0].name} is built but the pure-Python path is in use"
     assert Path(speedups.compiled.__file__) in BUILT  # type: ignore[attr-defined]
+    assert RECORDS_BUILT, "core's hot path is built but not the entry log's"
+    assert entrylog_format._compiled_record_heads is not None
 
 
 @pytest.mark.parametrize("value", ["1", "yes"])
@@ -186,3 +190,19 @@ def test_verify_into_keeps_what_the_pure_one_keeps(ledger_id: int, items: list[b
         Crc32cDigest(ledger_id).verify_into(answer, pure_out)
     assert fast_out == pure_out
     assert all(type(e) is Entry for e in fast_out.values())
+
+
+@needs_compiled
+@given(u64, st.lists(st.tuples(st.integers(-5, 2**63 + 5), st.binary(max_size=200)), max_size=12))
+def test_entry_log_record_heads_are_the_pure_ones(ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
+    ledger_id &= 2**63 - 1
+    out = []
+    for path in (compiled, None):
+        with _on(path):
+            try:
+                out.append(entrylog_format.record_heads(ledger_id, entries))
+            except InvalidArgumentError as exc:
+                out.append(str(exc))
+    assert out[0] == out[1]
+    if isinstance(out[0], list):
+        assert [r[2] is d for r, (_, d) in zip(out[0], entries, strict=True)] == [True] * len(entries)

@@ -22,6 +22,9 @@ from ledgerstore_entrylog import EntryLogStorage
 from ledgerstore_rocksdb import RocksDBStorage
 from ledgerstore_rocksdb.format import encode_entries, encode_record, entry_key
 
+# every test here runs on the compiled hot path (the entry log's record headers) and the pure-Python one
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 TINY = {
     "write_buffer_size": 4096,
     "entry_log_size_limit": 64 * 1024,

@@ -12,7 +12,7 @@
 static uint32_t ls_crc_table[8][256];
 static int ls_crc_hw = 0;
 
-static void ls_crc32c_init(void) {
+static inline void ls_crc32c_init(void) {
     uint32_t i, c;
     int k;
     for (i = 0; i < 256; i++) {
@@ -30,7 +30,7 @@ static void ls_crc32c_init(void) {
 #endif
 }
 
-static uint32_t ls_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n) {
+static inline uint32_t ls_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n) {
     while (n >= 8) {
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
         crc = ls_crc_table[7][lo & 0xFF] ^ ls_crc_table[6][(lo >> 8) & 0xFF] ^ ls_crc_table[5][(lo >> 16) & 0xFF]
@@ -46,7 +46,7 @@ static uint32_t ls_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("sse4.2")))
-static uint32_t ls_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
+static inline uint32_t ls_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
     uint64_t c = crc;
     uint64_t v;
     while (n >= 8) {
@@ -63,7 +63,7 @@ static uint32_t ls_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
 #endif
 
 /* The CRC32C of n bytes at p, continuing from value (0 to start). */
-static uint32_t ls_crc32c(uint32_t value, const void *p, size_t n) {
+static inline uint32_t ls_crc32c(uint32_t value, const void *p, size_t n) {
     uint32_t crc = ~value;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (ls_crc_hw)
@@ -72,7 +72,7 @@ static uint32_t ls_crc32c(uint32_t value, const void *p, size_t n) {
     return ~ls_crc32c_sw(crc, (const unsigned char *)p, n);
 }
 
-static void ls_put_u64(unsigned char *p, uint64_t v) {
+static inline void ls_put_u64(unsigned char *p, uint64_t v) {
     int i;
     for (i = 7; i >= 0; i--) {
         p[i] = (unsigned char)(v & 0xFF);
@@ -80,14 +80,14 @@ static void ls_put_u64(unsigned char *p, uint64_t v) {
     }
 }
 
-static void ls_put_u32(unsigned char *p, uint32_t v) {
+static inline void ls_put_u32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)(v >> 24);
     p[1] = (unsigned char)(v >> 16);
     p[2] = (unsigned char)(v >> 8);
     p[3] = (unsigned char)v;
 }
 
-static uint64_t ls_get_u64(const unsigned char *p) {
+static inline uint64_t ls_get_u64(const unsigned char *p) {
     uint64_t v = 0;
     int i;
     for (i = 0; i < 8; i++)
@@ -95,17 +95,17 @@ static uint64_t ls_get_u64(const unsigned char *p) {
     return v;
 }
 
-static uint32_t ls_get_u32(const unsigned char *p) {
+static inline uint32_t ls_get_u32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-static uint16_t ls_get_u16(const unsigned char *p) {
+static inline uint16_t ls_get_u16(const unsigned char *p) {
     return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
 }
 
 /* tuple.__new__(type, (a, b, c, d)) for a tuple subclass (a NamedTuple), as CPython's
  * tuple_subtype_new builds it, without calling the class's Python-level __new__. */
-static PyObject *ls_tuple4(PyObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
+static inline PyObject *ls_tuple4(PyObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
     PyTypeObject *t = (PyTypeObject *)type;
     PyObject *o = t->tp_alloc(t, 4);
     if (o == NULL)
