@@ -123,15 +123,15 @@ def test_zero_turns_write_back_off(tmp_path: Path, syncs: SyncRecorder) -> None:
         e.close()
 
 
-def test_default_is_four_mib(tmp_path: Path, syncs: SyncRecorder) -> None:
+def test_default_is_one_mib(tmp_path: Path, syncs: SyncRecorder) -> None:
     e = EntryLogStorage([tmp_path], write_buffer_size=256 * KiB)
     e.open()
     try:
         assert len(writeback_threads()) == 1
-        add_bytes(e, 1, 0, 3 * 1024 * KiB)
+        add_bytes(e, 1, 0, 768 * KiB)
         time.sleep(0.3)
         assert syncs.inodes == []
-        add_bytes(e, 1, 10_000, 1536 * KiB)
+        add_bytes(e, 1, 10_000, 512 * KiB)
         ino = active_log(tmp_path).stat().st_ino
         assert wait_for(lambda: ino in syncs.inodes)
     finally:
