@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from ledgerstore.api import StorageStats
 from ledgerstore.errors import BookieIOError
@@ -18,9 +19,12 @@ from ledgerstore_entrylog.index import fsync_dir, remove_file
 
 log = logging.getLogger(__name__)
 
-# Compaction copies records in batches of about this many bytes per hold of the lock.
-_COMPACT_BATCH_BYTES = 1024 * 1024
-_INDEX_UPDATE_CHUNK = 2048
+# Compaction copies records in batches of about this many bytes per hold of the lock, and moves
+# this many index slots per hold. The add path (the bookie's event loop) waits for the lock, so
+# a hold must stay short: with 1 MiB batches (thousands of small records, each an index look-up
+# that may read a page) a long compaction held the loop for most of its run.
+_COMPACT_BATCH_BYTES = 64 * 1024
+_INDEX_UPDATE_CHUNK = 256
 
 
 class Compaction:
@@ -136,6 +140,7 @@ class Compaction:
                     # Skip entries deleted or re-added since they were copied.
                     if led is not None and self._slot(led, entry_id) == old:
                         self._set_slot(led, entry_id, new)
+            _let_waiters_in()
         self._flush_locked()  # ... before the index points at them, and that before the delete.
         with self._lock:
             self._logs.pop(lg.log_id, None)
@@ -159,3 +164,11 @@ class Compaction:
                 moved.append((rec.ledger_id, rec.entry_id, old, new))
                 copied += rec.record_size
             self._bytes_compacted += copied
+        _let_waiters_in()
+
+
+def _let_waiters_in() -> None:
+    """Between two holds of the engine lock: give up the GIL for a moment, so that a thread
+    waiting for the lock (the add path) takes it before this thread holds it again (the lock is
+    not fair: a thread that releases and re-acquires it at once can keep a waiter out)."""
+    time.sleep(0)

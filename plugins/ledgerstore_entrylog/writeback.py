@@ -21,6 +21,10 @@ from ledgerstore_entrylog.index import fsync_dir, fsync_file
 log = logging.getLogger(__name__)
 
 _FLUSH_LEDGER_CHUNK = 64
+#: index pages a checkpoint writes per hold of the lock: the add path (the bookie's event loop)
+#: waits for the lock, so one hold must stay short however many pages a ledger dirtied (a
+#: compaction or a long write can dirty thousands)
+_FLUSH_PAGES_PER_HOLD = 32
 
 
 class WriteBack:
@@ -137,9 +141,13 @@ class WriteBack:
             for lg, written in logs:
                 if lg.written == written:
                     lg.unsynced = False
-        # 2. Index pages and headers, a chunk of ledgers per hold of the lock; the fsyncs run
-        # without it so adds and reads go on meanwhile.
-        for start in range(0, len(todo), _FLUSH_LEDGER_CHUNK):
+        # 2. Index pages and headers, at most _FLUSH_PAGES_PER_HOLD pages (of up to
+        # _FLUSH_LEDGER_CHUNK ledgers) per hold of the lock; the fsyncs run without it so adds
+        # and reads go on meanwhile.
+        i = 0
+        written: set[int] = set()  # pages of todo[i] already written by this flush
+        while i < len(todo):
+            start = i
             opened: list[tuple[int, Path]] = []
             try:
                 with self._lock:
@@ -147,26 +155,35 @@ class WriteBack:
                     for lg in self._active:
                         if lg is not None:
                             lg.write_out()
-                    for ledger_id in todo[start : start + _FLUSH_LEDGER_CHUNK]:
-                        led = self._ledgers.get(ledger_id)
-                        if led is None:
+                    budget = _FLUSH_PAGES_PER_HOLD
+                    while i < len(todo) and budget > 0 and len(opened) < _FLUSH_LEDGER_CHUNK:
+                        led = self._ledgers.get(todo[i])
+                        # A page written earlier in this flush and dirtied again since holds only
+                        # adds made after flush() began: the next flush writes it.
+                        dirty = [] if led is None else [pg for pg in led.pages.values()
+                                                        if pg.dirty and pg.page_no not in written]
+                        if led is None or (not dirty and led.file_exists and not led.header_dirty):
+                            i, written = i + 1, set()
                             continue
-                        dirty = [pg for pg in led.pages.values() if pg.dirty]
-                        if not dirty and led.file_exists and not led.header_dirty:
-                            continue
-                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in dirty], keep_open=True)
+                        part = dirty[:budget]
+                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
                         opened.append((fd, led.path))
-                        for pg in dirty:
+                        for pg in part:
                             pg.dirty = False
+                        budget -= max(1, len(part))
+                        if len(part) == len(dirty):
+                            i, written = i + 1, set()
+                        else:  # the rest of this ledger's pages in the next hold
+                            written.update(pg.page_no for pg in part)
                 for fd, path in opened:
                     try:
                         os.fsync(fd)
                     except OSError as exc:
                         raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
             except BookieDiskFullError:
-                # A write of this chunk found the disk full. Its pages already written are no
+                # A write of this hold found the disk full. Its pages already written are no
                 # longer dirty but not yet synced: sync them by path in a later flush; the
-                # ledgers from this chunk on are flushed again (a clean one is skipped).
+                # ledgers from this hold's first on are flushed again (a clean one is skipped).
                 with self._lock:
                     self._unsynced_index.update(path for _, path in opened)
                     self._dirty_ledgers.update(todo[start:])
