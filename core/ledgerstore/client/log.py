@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import logging
 import random
-import time
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
@@ -108,11 +107,11 @@ class _Segment:
     __slots__ = ("lh", "ledger_id", "bytes", "started", "outstanding", "sealed", "waiting", "held",
                  "error", "successor")
 
-    def __init__(self, lh: LedgerHandle, waiting: bool) -> None:
+    def __init__(self, lh: LedgerHandle, waiting: bool, started: float) -> None:
         self.lh = lh
         self.ledger_id = lh.ledger_id
         self.bytes = 0
-        self.started = time.monotonic()
+        self.started = started
         self.outstanding = 0  # entries whose caller-facing future is not resolved yet
         self.sealed = False  # no more appends (the writer rolled past it or closed)
         self.waiting = waiting  # True while the previous segment still has unresolved entries
@@ -138,7 +137,7 @@ class LogWriter:
         self._settings = settings
         self._roll_size = roll_size_bytes
         self._roll_interval = roll_interval_s
-        self._seg = _Segment(lh, waiting=False)
+        self._seg = _Segment(lh, waiting=False, started=client.loop.time())
         self._error: LedgerStoreError | None = None
         self._closed = False
         self._roll_task: asyncio.Task[None] | None = None
@@ -212,10 +211,11 @@ class LogWriter:
                 return
 
     def _roll_due(self, seg: _Segment) -> bool:
+        now = self.client.loop.time()  # the loop's clock, so a simulated writer rolls on virtual time
         if self._roll_size is not None and seg.bytes >= self._roll_size:
-            return time.monotonic() >= self._roll_not_before
-        if self._roll_interval is not None and time.monotonic() - seg.started >= self._roll_interval:
-            return time.monotonic() >= self._roll_not_before
+            return now >= self._roll_not_before
+        if self._roll_interval is not None and now - seg.started >= self._roll_interval:
+            return now >= self._roll_not_before
         return False
 
     def _on_added(self, seg: _Segment, outer: asyncio.Future[Position], inner: asyncio.Future[int]) -> None:
@@ -310,7 +310,7 @@ class LogWriter:
             new_lh = await self.client.create_ledger(s.ensemble, s.write_quorum, s.ack_quorum, s.digest, s.password)
         except LedgerStoreError as exc:
             # not fatal: keep writing to the current ledger and try again a little later
-            self._roll_not_before = time.monotonic() + _ROLL_RETRY_S
+            self._roll_not_before = self.client.loop.time() + _ROLL_RETRY_S
             self._roll_failure = exc
             log.warning("log %s: cannot create the next ledger (%s); staying on ledger %d", self.name, exc,
                         old.ledger_id)
@@ -333,7 +333,7 @@ class LogWriter:
             await self._close_quietly(new_lh)
             return
         # switch: from here on, appends go to the new ledger; the old one is sealed
-        nxt = _Segment(new_lh, waiting=old.outstanding > 0)
+        nxt = _Segment(new_lh, waiting=old.outstanding > 0, started=self.client.loop.time())
         old.successor = nxt
         old.sealed = True
         self._seg = nxt
@@ -723,7 +723,7 @@ class LogReader:
             return
 
     def _note_blocked(self, pos: Position) -> None:
-        now = time.monotonic()
+        now = self.client.loop.time()
         if self._blocked is None or self._blocked[0] != pos:
             self._blocked = (pos, now, False)
         elif not self._blocked[2] and now - self._blocked[1] >= self.open_ledger_grace_s:
@@ -745,7 +745,7 @@ class LogReader:
             if self._blocked is None:
                 return False
             pos, since, _ = self._blocked
-            remaining = since + self.open_ledger_grace_s - time.monotonic()
+            remaining = since + self.open_ledger_grace_s - self.client.loop.time()
             if remaining <= 0:
                 raise LogError(
                     f"log {self.name!r}: ledger {pos.ledger_id} is still OPEN after {self.open_ledger_grace_s:g} s "
@@ -776,20 +776,20 @@ class LogReader:
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until more entries may be available (long-polls the open ledger's LAC; polls the
         ledger list). True if :meth:`read_batch` now has something."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.client.loop.time() + timeout
         while True:
             batch_ready = bool(self._buf) or await self._peek()
             if batch_ready:
                 return True
             remaining = self.poll_interval_s if deadline is None else min(self.poll_interval_s,
-                                                                           deadline - time.monotonic())
+                                                                           deadline - self.client.loop.time())
             if remaining <= 0:
                 return False
             rh = self._rh
             if rh is not None and not rh.is_closed and self._idx < len(self._md.segments):
-                started = time.monotonic()
+                started = self.client.loop.time()
                 lac = await rh.wait_for_lac(self._next - 1, timeout=remaining)
-                if lac < self._next and not rh.is_closed and time.monotonic() - started < remaining / 2:
+                if lac < self._next and not rh.is_closed and self.client.loop.time() - started < remaining / 2:
                     # bookies answer at once for a ledger being recovered: do not spin meanwhile
                     await asyncio.sleep(min(remaining, 0.05))
             else:

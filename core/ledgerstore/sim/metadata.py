@@ -69,6 +69,8 @@ class SimMetadata:
         self.max_delay = 0.003
         #: writes still to fail, per node name
         self.failing: dict[str, int] = {}
+        #: node name -> (probability that a write fails, until when): a flaky store for that process
+        self.flaky: dict[str, tuple[float, float]] = {}
         #: paused nodes (the network's held nodes): their calls wait until they wake
         self.paused: dict[str, Any] = {}
 
@@ -87,6 +89,25 @@ class SimMetadata:
         """The next ``n`` writes of ``node``'s store fail (and are not applied)."""
         self.failing[node] = self.failing.get(node, 0) + n
         self.trace("meta.fail_writes", f"{node} {n}")
+
+    def fail_writes_for(self, node: str, probability: float, seconds: float) -> None:
+        """For ``seconds``, each write of ``node``'s store fails with ``probability`` (and is not
+        applied): a metadata store that times out now and then, for one process."""
+        self.flaky[node] = (probability, self.loop.time() + seconds)
+        self.trace("meta.flaky", f"{node} p={probability:g} for {seconds:.3f}s")
+
+    def write_fails(self, node: str) -> bool:
+        """Whether ``node``'s write now fails (a drawn failure, or one of its next failing writes)."""
+        if self.failing.get(node):
+            self.failing[node] -= 1
+            return True
+        flaky = self.flaky.get(node)
+        if flaky is None:
+            return False
+        if self.loop.time() >= flaky[1]:
+            del self.flaky[node]
+            return False
+        return self.rng.random() < flaky[0]
 
     def _notify(self, kind: EventType, key: str) -> None:
         note = Notification(kind, key)
@@ -154,8 +175,7 @@ class SimMetadataStore(MetadataStore):
             await asyncio.sleep(0.05)
         if self.session is None or self.session not in s.sessions:
             raise SessionExpiredError(f"simulated metadata store of {self.node}: no session for {what}")
-        if write and s.failing.get(self.node):
-            s.failing[self.node] -= 1
+        if write and s.write_fails(self.node):
             s.trace("meta.failed", f"{self.node} {what}")
             raise MetadataError(f"simulated metadata store of {self.node}: {what} failed")
         return self.session

@@ -20,6 +20,7 @@ from typing import Any
 from ledgerstore.client.client import Client
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
 from ledgerstore.sim.world import World
@@ -366,6 +367,8 @@ async def _scenario(run: _Run) -> None:
         w.trace("net.default", str(w.net.default))
     writer = await w.client("writer").start()
     recoverer = await w.client("recoverer").start()
+    logs = LogWorkload(run)  # log writers, a reader and their faults (ledgerstore.sim.logs)
+    await logs.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -396,6 +399,8 @@ async def _scenario(run: _Run) -> None:
             run.violation(f"ledger {led.ledger_id} could not be recovered on a healthy cluster")
         else:
             await check_ledger(run, led, reader)
+    await logs.finish()
+    run.stats.update(logs.stats)
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
 
