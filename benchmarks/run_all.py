@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -59,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 import urllib.request
@@ -218,9 +220,44 @@ def stall_summary(worst_ms: list[float], first_second: int, windows: dict[str, d
             "run_peaks_ms": dict(sorted(overall.items(), key=lambda kv: -kv[1]))}
 
 
+class DiskProbe:
+    """A thread that appends 4 KiB to a file and fdatasyncs it every ``interval`` seconds, and
+    records each fdatasync as ``disk_probe``: when it spikes together with the bookies' journal
+    fsyncs, the disk itself (or another process's I/O) was slow, not the bookies."""
+
+    def __init__(self, directory: Path, window: PeakWindow, interval: float = 0.02) -> None:
+        self.path = directory / "disk-probe"
+        self.window = window
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+
+    def __enter__(self) -> DiskProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        block = os.urandom(4096)
+        try:
+            while not self._stop.wait(self.interval):
+                os.write(fd, block)
+                t0 = time.perf_counter()
+                os.fdatasync(fd)
+                self.window.observe("disk_probe", time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+
+
 async def rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
                             write_quorum: int, ack_quorum: int, warmup: float = 0.0,
-                            stall_urls: dict[str, str] | None = None) -> dict[str, Any]:
+                            stall_urls: dict[str, str] | None = None, probe_dir: Path | None = None
+                            ) -> dict[str, Any]:
     """Append ``rate`` entries per second for ``warmup + duration`` seconds on a fixed schedule;
     each add's latency runs from its scheduled time to its acknowledgement. Adds due during the
     warm-up (connections opening, first ledger writes) run on the same schedule but are not
@@ -228,7 +265,20 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
 
     The worst latency of each wall-clock second is kept; with ``stall_urls`` (each bookie's
     ``/api/v1/bookie/stalls``) the result also says, for the worst seconds, what the bookies and
-    this client (event-loop lag and GC pauses, probed during the run) were doing then."""
+    this client (event-loop lag and GC pauses, probed during the run) were doing then; with
+    ``probe_dir`` (a directory on the bookies' disk) a :class:`DiskProbe` runs meanwhile."""
+    with contextlib.ExitStack() as stack:
+        probe = PeakWindow()
+        if probe_dir is not None:
+            stack.enter_context(DiskProbe(probe_dir, probe))
+        result = await _rate_limited_adds(client, rate, duration, entry_size, ensemble, write_quorum, ack_quorum,
+                                          warmup, stall_urls, probe)
+    return result
+
+
+async def _rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
+                             write_quorum: int, ack_quorum: int, warmup: float, stall_urls: dict[str, str] | None,
+                             probe: PeakWindow) -> dict[str, Any]:
     lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
     client_peaks = PeakWindow()
     lag_probe = asyncio.get_running_loop().create_task(probe_loop_lag(client_peaks))
@@ -284,7 +334,7 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
     await client.delete_ledger(lh.ledger_id)
     last_second = int(start + issue_seconds + to_wall)
     worst_ms = [round(w * 1000, 1) for w in worst[:max(1, last_second - first_second + 1)]]
-    windows = {"client": client_peaks.snapshot(first_second - 1)}
+    windows = {"client": client_peaks.snapshot(first_second - 1), "machine": probe.snapshot(first_second - 1)}
     if stall_urls:
         windows |= await asyncio.to_thread(read_peaks, stall_urls)
     return {
@@ -478,7 +528,7 @@ async def _three_bookie_rows(cluster: LocalCluster, plan: Plan, rows: dict[str, 
             r.load_before = uptime()
             cpu = CpuMeter(cluster)
             lat = await rate_limited_adds(client, plan.rate, plan.rate_duration, 100, 3, 3, 2, warmup=plan.warmup,
-                                          stall_urls=stall_urls)
+                                          stall_urls=stall_urls, probe_dir=cluster.data_dir)
             r.details = lat | {"cpu_percent": cpu.percent()}
             if lat["errors"]:
                 raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
@@ -756,7 +806,9 @@ def _stall_lines(result: dict[str, Any]) -> list[str]:
             out += ["", "## Latency row: the worst seconds and what the processes were doing", "",
                     "Peaks in that second and the one before, in ms, of each process's components "
                     "(`loop_lag`: event loop late; `journal_queue`/`journal_fsync`: the journal; `checkpoint`, "
-                    "`engine_flush`, `writeback_sync`: storage; `gc_genN`: garbage-collector pauses).", ""]
+                    "`engine_flush`, `entrylog_write`, `writeback_sync`: storage; `gc_genN`: garbage-collector pauses; "
+                    "`machine.disk_probe`: a 4 KiB append + fdatasync every 20 ms by the benchmark, on the same disk).",
+                    ""]
         d = lat["details"]
         out.append(f"- run {n} (p99 {d['latency_ms']['p99']} ms, p99.9 {d['latency_ms']['p99.9']} ms): "
                    + "; ".join(f"second {w['second']}: {w['worst_add_ms']} ms <- "
