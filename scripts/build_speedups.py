@@ -9,6 +9,8 @@ without either it prints a warning and exits 0, and ledgerstore runs its pure-Py
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +33,24 @@ def build() -> None:
     dist = Distribution({"name": "ledgerstore-speedups", "ext_modules": modules,
                          "package_dir": {"ledgerstore": "core/ledgerstore", "ledgerstore_entrylog": str(ENTRYLOG)}})
     cmd = dist.get_command_obj("build_ext")
-    cmd.inplace = True  # type: ignore[attr-defined]
+    cmd.build_lib = str(ROOT / "build" / "speedups-lib")  # type: ignore[attr-defined]
     cmd.build_temp = str(ROOT / "build" / "speedups")  # type: ignore[attr-defined]
     dist.run_command("build_ext")
+    for ext in modules:
+        built = Path(cmd.get_ext_fullpath(ext.name))  # type: ignore[attr-defined]
+        package, _, _ = ext.name.rpartition(".")
+        dest = ROOT / dist.package_dir[package.split(".")[0]] / Path(*package.split(".")[1:]) / built.name
+        install(built, dest)
+
+
+def install(built: Path, dest: Path) -> None:
+    """Put ``built`` at ``dest`` by renaming a copy over it: a running process that has the old
+    module loaded keeps its (unlinked) file, where copying into it would change its code under it."""
+    if dest.exists() and dest.read_bytes() == built.read_bytes():
+        return
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.copy(built, tmp)
+    os.replace(tmp, dest)
 
 
 def main() -> int:

@@ -21,6 +21,7 @@ cdef extern from "_speedups_c.h":
     uint32_t ls_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n) nogil
     void ls_put_u64(unsigned char *p, uint64_t v) nogil
     void ls_put_u32(unsigned char *p, uint32_t v) nogil
+    void ls_put_u16(unsigned char *p, uint16_t v) nogil
     uint64_t ls_get_u64(const unsigned char *p) nogil
     uint32_t ls_get_u32(const unsigned char *p) nogil
     uint16_t ls_get_u16(const unsigned char *p) nogil
@@ -139,6 +140,35 @@ cdef list _entry_section(bytes frame, Py_ssize_t pos, Py_ssize_t count, bint ans
             raise ProtocolError(f"read-multi response has {n - pos} bytes after its {count} entries")
         raise ProtocolError(f"add-batch frame has {n - pos} bytes after its {count} entries")
     return items
+
+
+def read_multi_section(items):
+    """``count x (i64 entry, u16 status, u32 length, bytes)`` of ``(entry, status, data)`` items:
+    the items of ``ReadMultiResponse.frame`` (a bookie's answer to a multi-entry read)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t pos = 0
+    cdef unsigned char *p
+    cdef bytes out
+    for e, st, data in items:  # sizes first: one allocation for the whole answer
+        total += READ_ITEM_HEAD + len(data)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = <unsigned char *>PyBytes_AS_STRING(out)
+    for e, st, data in items:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            if pos + READ_ITEM_HEAD + view.len > total:
+                raise ValueError("an item's data changed size while its answer was encoded")
+            ls_put_u64(p + pos, <uint64_t><int64_t>e)
+            ls_put_u16(p + pos + 8, <uint16_t>st)
+            ls_put_u32(p + pos + 10, <uint32_t>view.len)
+            memcpy(p + pos + READ_ITEM_HEAD, view.buf, <size_t>view.len)
+            pos += READ_ITEM_HEAD + view.len
+        finally:
+            PyBuffer_Release(&view)
+    if pos != total:
+        raise ValueError("an item's data changed size while its answer was encoded")
+    return out
 
 
 def crc32c_verify_into(ledger_id, items, dict out, type entry_type not None):

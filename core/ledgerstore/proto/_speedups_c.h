@@ -87,6 +87,11 @@ static inline void ls_put_u32(unsigned char *p, uint32_t v) {
     p[3] = (unsigned char)v;
 }
 
+static inline void ls_put_u16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
 static inline uint64_t ls_get_u64(const unsigned char *p) {
     uint64_t v = 0;
     int i;
