@@ -111,3 +111,15 @@ def test_repeat_and_only_report_the_spread_of_each_row_and_attribute_the_latency
     assert "| Benchmark | Metric | Min / median / max | Target | Runs passing | Result |" in md
     assert "the worst seconds and what the processes were doing" in md
     assert "of 2 runs pass" in proc.stdout
+
+
+def test_only_runs_the_rows_a_chosen_row_needs(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(RUN_ALL), "--tiny", "--only", "read_seq_100b",
+         "--json-out", str(tmp_path / "r.json"), "--md-out", str(tmp_path / "r.md")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, f"run_all.py --only read_seq_100b failed:\n{proc.stdout}\n{proc.stderr}"
+    rows = {r["key"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    # the read row reads the ledger the 100 B row writes: both ran, nothing else did
+    assert {k for k, r in rows.items() if r["skipped"] is None} == {"write_100b_e3", "read_seq_100b"}
+    assert rows["read_seq_100b"]["details"]["entries"] == rows["write_100b_e3"]["details"]["entries"] == 2000
