@@ -809,6 +809,7 @@ def _stall_lines(result: dict[str, Any]) -> list[str]:
                     "Peaks in that second and the one before, in ms, of each process's components "
                     "(`loop_lag`: event loop late; `journal_queue`/`journal_fsync`: the journal; `checkpoint`, "
                     "`engine_flush`, `entrylog_write`, `writeback_sync`: storage; `gc_genN`: garbage-collector pauses; "
+                    "`metadata_lookup`, `metadata_register`, `ledger_gc`: metadata operations; "
                     "`machine.disk_probe`: a 4 KiB append + fdatasync every 20 ms by the benchmark, on the same disk).",
                     ""]
         d = lat["details"]

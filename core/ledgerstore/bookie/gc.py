@@ -15,6 +15,7 @@ from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import NoSuchLedgerError
 from ledgerstore.meta.ledgers import LedgerManager
+from ledgerstore.stalls import peaks
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,11 @@ class GarbageCollector:
         """Collect every ``gc_wait_time_ms`` until cancelled."""
         while True:
             await asyncio.sleep(self.config.gc_wait_time_ms / 1000.0)
+            t0 = time.perf_counter()
             try:
                 result = await self.collect()
+                # metadata reads of every local ledger, then the engine's gc and compaction
+                peaks.observe("ledger_gc", time.perf_counter() - t0)
                 if result["deleted_ledgers"] or result["compaction"]:
                     log.info("gc: %s", result)
             except Exception:

@@ -40,6 +40,7 @@ from ledgerstore.meta.ledgers import LedgerManager
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
 from ledgerstore.proto.digest import ENTRY_HEADER, master_key, parse_entry_header
+from ledgerstore.stalls import peaks
 
 log = logging.getLogger(__name__)
 
@@ -609,12 +610,15 @@ class RequestProcessor:
         mgr = LedgerManager(self.store)
         self.counters.ledger_lookups += 1
         status: int | None = None
+        t0 = time.perf_counter()
         try:
             try:
                 md = await mgr.read(ledger_id)
             except NoSuchLedgerError:
                 await asyncio.sleep(_LOOKUP_RETRY_S)
                 md = await mgr.read(ledger_id)
+            finally:  # the first adds of the ledger wait for it
+                peaks.observe("metadata_lookup", time.perf_counter() - t0)
         except NoSuchLedgerError:
             status = Status.NO_SUCH_LEDGER
         except Exception as exc:  # the store is unreachable: the writer retries, nothing is claimed

@@ -287,7 +287,9 @@ class Bookie:
 
     async def _register(self) -> None:
         assert self.registry is not None
+        t0 = time.perf_counter()
         await self.registry.register(self.info())
+        peaks.observe("metadata_register", time.perf_counter() - t0)
         self.state.registered.set()
 
     def _on_session_event(self, event: SessionEvent) -> None:
