@@ -87,6 +87,9 @@ class SimNetwork:
         #: a rule for directed tests: called with (source, destination, frame), it returns the
         #: extra delay of that frame in seconds, or ``None`` to lose it
         self.intercept: Callable[[str, str, bytes], float | None] | None = None
+        #: one-shot triggers (:meth:`on_send`, :meth:`on_arrive`): (when, source, destination,
+        #: opcodes) → action
+        self.triggers: dict[tuple[str, str, str, frozenset[int]], Callable[[], None]] = {}
 
     # --- faults ----------------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class SimNetwork:
         self.links.clear()
         self.default = LinkFaults()
         self.trace("net.heal")
+        self.triggers.clear()
         for src, dst in list(self.held_links):
             self.release_link(src, dst)
 
@@ -153,11 +157,44 @@ class SimNetwork:
         for send in waiting:
             send()
 
+    def on_send(self, src: str, dst: str, ops: frozenset[int], action: Callable[[], None]) -> None:
+        """Call ``action`` once, at the moment ``src`` next sends ``dst`` a frame of one of
+        ``ops``, before that frame goes out: a fault timed to a protocol step (a process that
+        stops just as it sends an add) rather than to a drawn time. The action may hold the
+        link or the node; the frame is then held with the rest."""
+        self._arm("send", src, dst, ops, action)
+
+    def on_arrive(self, src: str, dst: str, ops: frozenset[int], action: Callable[[], None]) -> None:
+        """Call ``action`` once, when the next frame of one of ``ops`` from ``src`` reaches
+        ``dst`` (before ``dst`` reads it): a crash timed to the instant a client hears an answer."""
+        self._arm("arrive", src, dst, ops, action)
+
+    def disarm(self, src: str, dst: str, ops: frozenset[int]) -> None:
+        """Forget the triggers on ``src`` → ``dst`` for ``ops`` (either kind)."""
+        for when in ("send", "arrive"):
+            self.triggers.pop((when, src, dst, ops), None)
+
+    def _arm(self, when: str, src: str, dst: str, ops: frozenset[int], action: Callable[[], None]) -> None:
+        self.triggers[(when, src, dst, ops)] = action
+        self.trace(f"net.on_{when}", f"{src}->{dst} {sorted(codec.Op(op).name for op in ops)}")
+
+    def _fire(self, when: str, link: _Link, frame: bytes) -> None:
+        if len(frame) < codec.HEADER_SIZE:
+            return
+        op = codec.HEADER.unpack_from(frame)[1]
+        for key in list(self.triggers):
+            w, src, dst, ops = key
+            if w == when and src == link.src and dst == link.dst and op in ops:
+                self.trace("net.triggered", f"{when} {src}->{dst} {_describe(frame)}")
+                self.triggers.pop(key)()
+
     # --- delivery --------------------------------------------------------------------------------
 
     def transmit(self, link: _Link, frame: bytes) -> None:
         """Send ``frame`` over ``link`` (its far end gets it later, once, twice or never)."""
         self.sent += 1
+        if self.triggers:
+            self._fire("send", link, frame)
         if link.src in self.held:
             self.held[link.src].append(lambda: self.transmit(link, frame))
             return
@@ -211,6 +248,8 @@ class SimNetwork:
             return
         if link.closed:
             return
+        if self.triggers:
+            self._fire("arrive", link, frame)
         link.receive(frame)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from ledgerstore.client.client import Client
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.proto.codec import Op
 from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
@@ -29,8 +30,13 @@ log = logging.getLogger(__name__)
 
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
-               "slow-bookie", "hold-link")
+               "slow-bookie", "hold-link", "stop-at-add")
 PASSWORD = b"sim"
+#: the frames a writer's adds travel in (what a stop-at-add fault waits for)
+ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
+#: a held link or a stop timed at an add lasts less than the writer's add timeout (10 s): the
+#: held add still completes, as in a pause that ends before the client gives up
+STOP_AT_ADD = (0.5, 9.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,11 +125,25 @@ def draw_fault(rng: random.Random, kind: str, t: float, clients: list[str], book
     if kind == "hold-link":
         # one process stopped between two sends: its frames to one bookie wait, the rest went out
         return Fault(t, kind, (rng.choice(clients), rng.choice(bookies)), hold)
+    if kind == "stop-at-add":
+        # timed to a protocol step, not to a clock: at the client's next add to the bookie, either
+        # the whole process stops (a GC pause just as it sends) or only that connection does (its
+        # send buffer full, a TCP retransmission wait) while the bookie's other connections lose
+        # frames (a flaky port); either way the add that triggered it waits too
+        return Fault(t, kind, (rng.choice(clients), rng.choice(bookies)), rng.uniform(*STOP_AT_ADD),
+                     (float(rng.random() < 0.3), rng.choice((0.0, 0.3, 0.5))))
+    if kind == "crash":
+        # one crash in six is a machine lost until the end of the run: the final recoveries run
+        # without it, as an operator's would before the machine is replaced
+        return Fault(t, kind, (rng.choice(bookies),), hold, (float(rng.random() < 1 / 6),))
     return Fault(t, kind, (rng.choice(bookies),), hold)  # crash, expire-session
 
 
-#: fault kinds that can hit a ledger's bookies around its recovery
-AROUND_RECOVERY = ("lossy-link", "partition", "crash", "pause-writer", "slow-bookie", "slow-bookie", "hold-link")
+#: fault kinds that can hit a ledger's bookies around its recovery ("failover": a bookie of the
+#: fragment crashes and the writer stops at its first add to a bookie outside the fragment, i.e.
+#: just as it moves to a new ensemble; drawn when "crash" and "stop-at-add" are)
+AROUND_RECOVERY = ("lossy-link", "partition", "crash", "pause-writer", "slow-bookie", "hold-link",
+                   "stop-at-add", "stop-at-add", "failover", "failover")
 #: faults drawn around recoveries are numbered from here (for shrinking)
 AROUND_BASE = 10_000
 
@@ -147,6 +167,8 @@ class _Run:
         self.around_rng = world.rng_for("around-recovery")
         #: set once :meth:`heal` ran: no fault starts after it
         self.healed = False
+        #: bookies crashed for good: restarted only after the final recoveries
+        self.lost: set[str] = set()
 
     def violation(self, text: str) -> None:
         self.world.trace("VIOLATION", text)
@@ -177,7 +199,9 @@ class _Run:
         n = len(self.world.bookies)
         ens = rng.randint(min(3, n), min(4, n))
         qw = rng.randint(min(2, ens), ens)
-        qa = rng.randint(max(1, qw - 1), qw)
+        # Qa = Qw (the usual E3 Qw2 Qa2) more often than not: one "missing" answer then ends a
+        # recovery read, which is where fencing races show
+        qa = qw if rng.random() < 0.7 else max(1, qw - 1)
         while True:
             try:
                 lh = await client.create_ledger(ens, qw, qa, password=PASSWORD)
@@ -189,26 +213,31 @@ class _Run:
                 await asyncio.sleep(1.0)
         led = _Ledger(lh.ledger_id, handle=lh)
         self.ledgers.append(led)
-        self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa}")
-        window = rng.choice((1, 1, 2, 4, 16))  # 1: a writer that waits for each ack (sync API)
+        window = rng.choice((1, 1, 1, 2, 4, 16))  # 1: a writer that waits for each ack (sync API)
         mean_gap = rng.choice((0.005, 0.02, 0.1, 0.3))
+        # a deep pipeline appends in bursts (a batch handed over at once): every entry of a burst
+        # carries the LAC of when it went out, so the bookies' LAC lags what the writer saw acked
+        burst = rng.choice((1, 4, 8)) if window == 16 else 1
+        self.world.trace("writer.created", f"L{lh.ledger_id} E/Qw/Qa {ens}/{qw}/{qa} window {window} "
+                         f"burst {burst} gap {mean_gap}")
         i = 0
         while self.loop.time() < until and led.failed is None:
             await self.awake.wait()
-            while led.outstanding >= window and led.failed is None:
+            while led.outstanding + burst > window and led.failed is None:
                 await asyncio.sleep(0.01)
-            if led.failed is not None:
-                break
-            payload = f"{self.world.seed}:{led.ledger_id}:{i}".encode()
-            i += 1
-            try:
-                fut = lh.append_async(payload)
-            except LedgerStoreError as exc:
-                led.failed = exc
-                self.world.trace("writer.refused", f"L{led.ledger_id} {type(exc).__name__}")
-                break
-            led.outstanding += 1
-            fut.add_done_callback(functools.partial(self._acked, led=led, payload=payload))
+            for _ in range(burst):
+                if led.failed is not None:
+                    break
+                payload = f"{self.world.seed}:{led.ledger_id}:{i}".encode()
+                i += 1
+                try:
+                    fut = lh.append_async(payload)
+                except LedgerStoreError as exc:
+                    led.failed = exc
+                    self.world.trace("writer.refused", f"L{led.ledger_id} {type(exc).__name__}")
+                    break
+                led.outstanding += 1
+                fut.add_done_callback(functools.partial(self._acked, led=led, payload=payload))
             await asyncio.sleep(rng.expovariate(1 / mean_gap))
         return led
 
@@ -244,17 +273,33 @@ class _Run:
         the ledger's current fragment (or on a link to it, or a writer pause), starting from a
         second before the recovery to half a second into it."""
         rng = self.around_rng
-        kinds = [k for k in AROUND_RECOVERY if k in self.kinds]
+        failover = "crash" in self.kinds and "stop-at-add" in self.kinds
+        kinds = [k for k in AROUND_RECOVERY if k in self.kinds or (k == "failover" and failover)]
         if not kinds or rng.random() >= 0.8 or self.healed:
             return
         bookies = [b.split(":")[0] for b in led.handle.md.ensembles[-1][1]]
         offset = rng.uniform(-1.0, 0.5)
-        fault = draw_fault(rng, rng.choice(kinds), self.loop.time() + max(0.0, offset), ["writer", "recoverer"], bookies)
+        at = self.loop.time() + max(0.0, offset)
+        kind = rng.choice(kinds)
+        if kind == "failover":
+            # a bookie of the fragment crashes just after its answer to an add reached the writer
+            # (the next adds in flight to it, the writer's LAC ahead of what it last sent), and
+            # the writer stops as it first sends to a bookie outside the fragment: the new one
+            crash = draw_fault(rng, "crash", at, ["writer"], bookies)
+            others = [b.name for b in self.world.bookies if b.name not in bookies]
+            stop = draw_fault(rng, "stop-at-add", at, ["writer"], others)
+            faults = [dataclasses.replace(crash, target=(crash.target[0], crash.target[0])),
+                      dataclasses.replace(stop, target=("writer", *others), params=(1.0, 0.0))]
+        elif kind == "stop-at-add":  # the writer's add to a bookie of the fragment
+            faults = [draw_fault(rng, kind, at, ["writer"], bookies)]
+        else:
+            faults = [draw_fault(rng, kind, at, ["writer", "recoverer"], bookies)]
         index = AROUND_BASE + self.stats["around"]
         self.stats["around"] += 1
         if index not in self.skip:  # left out (shrinking), its timing stays: only the fault goes
-            self.world.trace("fault.around-recovery", f"L{led.ledger_id} {fault}")
-            self.loop.call_later(max(0.0, offset), self.apply, fault)
+            for fault in faults:
+                self.world.trace("fault.around-recovery", f"L{led.ledger_id} {fault}")
+                self.loop.call_later(max(0.0, offset), self.apply, fault)
         if offset < 0:
             await asyncio.sleep(-offset)
 
@@ -305,11 +350,11 @@ class _Run:
             net.hold_link(a, b)
             later(f.hold, net.release_link, a, b)
         elif f.kind == "pause-writer":
-            if "writer" in net.held:
-                return
-            net.hold("writer")
-            self.awake.clear()
-            later(f.hold, self._wake_writer)
+            self._pause("writer", f.hold)
+        elif f.kind == "stop-at-add":
+            client, *bookies = f.target
+            for b in bookies:
+                net.on_send(client, b, ADD_OPS, functools.partial(self._stop_at_add, f, b))
         elif f.kind == "metadata-fail":
             w.meta.fail_writes(f.target[0], int(f.params[0]))
         elif f.kind == "expire-session":
@@ -317,15 +362,58 @@ class _Run:
             if node.store is not None and node.running:
                 node.store.expire_session()
         elif f.kind == "crash":
-            node = w.bookie(f.target[0])
-            down = sum(not x.running for x in w.bookies)
-            if node.running and down < self.max_down:
-                node.crash()
-                later(f.hold, self._schedule_restart, node.name)
+            if len(f.target) > 1:  # timed: as the writer hears target[1]'s next answer to an add
+                net.on_arrive(f.target[1], "writer", ADD_OPS, functools.partial(self._crash, f))
+            else:
+                self._crash(f)
 
-    def _wake_writer(self) -> None:
-        self.world.net.release("writer")
-        self.awake.set()
+    def _crash(self, f: Fault) -> None:
+        w = self.world
+        node = w.bookie(f.target[0])
+        down = sum(not x.running for x in w.bookies)
+        if node.running and down < self.max_down and not self.healed:
+            node.crash()
+            if f.params and f.params[0]:
+                self.lost.add(node.name)
+                w.trace("bookie.lost", f"{node.name} until the final recoveries")
+            else:
+                self.loop.call_later(f.hold, self._schedule_restart, node.name)
+
+    def _stop_at_add(self, f: Fault, bookie: str) -> None:
+        """``f``'s client is about to send an add to ``bookie``: stop it (or that link) now."""
+        net = self.world.net
+        client, *bookies = f.target
+        for b in bookies:  # one stop per fault, at whichever bookie came first
+            net.disarm(client, b, ADD_OPS)
+        if self.healed:
+            return
+        whole, drop = f.params
+        if whole:
+            self._pause(client, f.hold)
+            return
+        if (client, bookie) not in net.held_links:
+            net.hold_link(client, bookie)
+            self.loop.call_later(f.hold, net.release_link, client, bookie)
+        if drop:
+            for other in ("writer", "recoverer"):
+                if other != client:
+                    net.set_faults(other, bookie, LinkFaults(drop=drop))
+                    self.loop.call_later(f.hold, net.clear_faults, other, bookie)
+
+    def _pause(self, node: str, hold: float) -> None:
+        """Pause the process ``node`` for ``hold`` seconds (nothing it sends or is sent moves)."""
+        net = self.world.net
+        if node in net.held:
+            return
+        net.hold(node)
+        if node == "writer":
+            self.awake.clear()
+        self.loop.call_later(hold, self._wake, node)
+
+    def _wake(self, node: str) -> None:
+        self.world.net.release(node)
+        if node == "writer":
+            self.awake.set()
 
     def _schedule_restart(self, name: str) -> None:
         self.loop.create_task(self._restart(name))
@@ -348,9 +436,32 @@ class _Run:
             w.net.release(node)
         self.awake.set()
         for b in w.bookies:
-            await self._restart(b.name)
+            if b.name not in self.lost:
+                await self._restart(b.name)
         while any(b.starting for b in w.bookies):
             await asyncio.sleep(0.1)
+
+    async def replace_lost(self) -> None:
+        """The operator brings the lost machines back (same disks, same ids)."""
+        for name in sorted(self.lost):
+            await self._restart(name)
+        self.lost.clear()
+        while any(b.starting for b in self.world.bookies):
+            await asyncio.sleep(0.1)
+
+    def must_recover(self, md: LedgerMetadata) -> str | None:
+        """Why the ledger of ``md`` must be recoverable with the lost bookies still down (None if it need
+        not be): at most Qa−1 bookies of its last fragment are lost, so every write quorum
+        still has Qw−Qa+1 to fence, and a running bookie outside it can take each one's place
+        (issue 14: recovery's write-back replaces a bookie that does not answer)."""
+        if not self.lost:
+            return None
+        ensemble = [b.split(":")[0] for b in md.ensembles[-1][1]]
+        lost = [b for b in ensemble if b in self.lost]
+        spares = [b for b in self.world.bookies if b.running and b.name not in ensemble]
+        if not lost or len(lost) > md.ack_quorum - 1 or len(spares) < len(lost):
+            return None
+        return f"{lost} lost (Qa {md.ack_quorum}), {len(spares)} spare bookies running"
 
 
 async def _scenario(run: _Run) -> None:
@@ -366,7 +477,10 @@ async def _scenario(run: _Run) -> None:
                                    stall=r.choice((0.0, 0.01, 0.05)))
         w.trace("net.default", str(w.net.default))
     writer = await w.client("writer").start()
-    recoverer = await w.client("recoverer").start()
+    # the recoverer's fence and read timeout is client config: drawn, often shorter than the
+    # default 5 s, so a lost fence is given up on while the writer's add is still in flight
+    timeout = w.rng_for("recoverer.config").choice((1.0, 2.0, 2.0, 5.0))
+    recoverer = await w.client("recoverer", read_timeout_s=timeout).start()
     logs = LogWorkload(run)  # log writers, a reader and their faults (ledgerstore.sim.logs)
     await logs.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
@@ -391,10 +505,11 @@ async def _scenario(run: _Run) -> None:
         run.violation(f"the writer failed on a healthy cluster: {work.exception()!r}")
     reader = await w.client("reader").start()
     for led in run.ledgers:
-        for _ in range(10):
-            if led.recovered is not None or await run.recover(recoverer, led):
-                break
-            await asyncio.sleep(2.0)
+        await _recover_at_the_end(run, recoverer, led)
+    await run.replace_lost()
+    for led in run.ledgers:
+        if led.recovered is None:
+            await _recover_at_the_end(run, recoverer, led)
         if led.recovered is None:
             run.violation(f"ledger {led.ledger_id} could not be recovered on a healthy cluster")
         else:
@@ -403,6 +518,22 @@ async def _scenario(run: _Run) -> None:
     run.stats.update(logs.stats)
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
+
+
+async def _recover_at_the_end(run: _Run, recoverer: Client, led: _Ledger) -> None:
+    """Recover ``led`` if no one did (ten tries); with bookies still lost, it must succeed when
+    :meth:`_Run.must_recover` says so."""
+    for _ in range(10):
+        if led.recovered is not None or await run.recover(recoverer, led):
+            return
+        await asyncio.sleep(2.0)
+    try:
+        md = await recoverer.ledger_metadata(led.ledger_id)
+    except LedgerStoreError:
+        return
+    why = run.must_recover(md)
+    if why is not None:
+        run.violation(f"ledger {led.ledger_id} could not be recovered with {why}")
 
 
 async def check_ledger(run: _Run, led: _Ledger, reader: Client) -> None:

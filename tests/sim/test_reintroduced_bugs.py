@@ -1,0 +1,79 @@
+"""The random schedules bite: bugs fixed by the correctness issue, put back one at a time with
+monkeypatch, are caught by the first few seeds (the seeds and schedules CI runs, unchanged).
+
+Each test names the bug it puts back; the number of seeds is the seeds-to-find measured for that
+bug (docs/simulation.md), so a schedule change that stops reaching the interleaving fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ledgerstore.client import recovery
+from ledgerstore.errors import LedgerRecoveryError
+from ledgerstore.meta import ledgers
+from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.sim import run_seed
+
+#: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
+DURATION = 30.0
+
+
+def _violations(seeds: int) -> dict[int, list[str]]:
+    found = {}
+    for seed in range(seeds):
+        out = run_seed(seed, duration=DURATION)
+        if not out.ok:
+            found[seed] = out.violations
+    return found
+
+
+async def _write_back_to_the_write_set_only(self: recovery._LedgerRecovery, eid: int, data: bytes) -> None:
+    """Issue 14 item 2 put back: a found entry is written back to its write set as it stands and
+    needs Qa acks there; a bookie that does not answer is never replaced."""
+    md = self.md
+    ensemble = self.ensembles[self._fragment_of(eid)][1]
+    add = self.ctx.bookie_client.recovery_add
+    results = await asyncio.gather(*(add(ensemble[i], md.ledger_id, eid, self.key, data, self.ctx.config.add_timeout_s)
+                                     for i in md.write_set(eid)), return_exceptions=True)
+    acked = sum(not isinstance(r, BaseException) for r in results)
+    if acked < md.ack_quorum:
+        raise LedgerRecoveryError(f"recovery of ledger {md.ledger_id}: entry {eid} re-replicated to {acked} bookies")
+
+
+def test_the_simulation_catches_recovery_that_never_replaces_a_dead_bookie(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recovery._LedgerRecovery, "_write_back", _write_back_to_the_write_set_only)
+    found = _violations(10)
+    assert any("could not be recovered with" in v for vs in found.values() for v in vs), found
+
+
+async def _replace_against_the_old_ensemble(self: recovery._LedgerRecovery, eid: int, idxs: list[int]) -> None:
+    """Issue 14 item 3 put back: each replacement is chosen against the ensemble as it was, so
+    two replacements chosen at once can be the same bookie."""
+    md = self.md
+    k = self._fragment_of(eid)
+    first, ensemble = self.ensembles[k]
+    new = list(ensemble)
+    bookies = await self.ctx.bookie_infos(max_age=0)
+    self.failed.update(ensemble[i] for i in idxs)
+    for i in idxs:
+        new[i] = self.ctx.bookie_client.health.replace_bookie(
+            self.ctx.placement, ensemble, md.write_quorum, md.ack_quorum, i, bookies,
+            exclude=frozenset(self.failed | self.exclude))
+    if first == eid:
+        self.ensembles[k] = (eid, new)
+    else:
+        self.ensembles.insert(k + 1, (eid, new))
+
+
+def _no_ensemble_check(md: LedgerMetadata) -> None:
+    return None
+
+
+def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recovery._LedgerRecovery, "_replace", _replace_against_the_old_ensemble)
+    monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
+    found = _violations(10)
+    assert any("names a bookie twice" in v for vs in found.values() for v in vs), found
