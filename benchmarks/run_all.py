@@ -206,7 +206,7 @@ def read_peaks(urls: dict[str, str]) -> dict[str, dict[str, dict[int, float]]]:
 
 
 def stall_summary(worst_ms: list[float], first_second: int, windows: dict[str, dict[str, dict[int, float]]],
-                  top: int = 5) -> dict[str, Any]:
+                  top: int = 5, runnable: dict[int, int] | None = None) -> dict[str, Any]:
     """The worst seconds with what each process was doing then, and every component's peak over
     the whole measured run."""
     last = first_second + len(worst_ms)
@@ -216,19 +216,36 @@ def stall_summary(worst_ms: list[float], first_second: int, windows: dict[str, d
             vals = [v for sec, v in by_sec.items() if first_second - 1 <= sec < last]
             if vals:
                 overall[f"{proc}.{comp}"] = round(max(vals) * 1000, 1)
-    return {"worst_seconds": attribute(worst_ms, first_second, windows, top=top),
+    worst = attribute(worst_ms, first_second, windows, top=top)
+    if runnable:
+        for w in worst:
+            sec = first_second + w["second"]
+            w["runnable"] = max(runnable.get(sec, 0), runnable.get(sec - 1, 0))
+    return {"worst_seconds": worst,
             "run_peaks_ms": dict(sorted(overall.items(), key=lambda kv: -kv[1]))}
+
+
+def procs_running() -> int:
+    """Threads of the whole machine running or waiting for a CPU now (``/proc/stat``)."""
+    with open("/proc/stat") as fh:
+        for line in fh:
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    return 0
 
 
 class DiskProbe:
     """A thread that appends 4 KiB to a file and fdatasyncs it every ``interval`` seconds, and
     records each fdatasync as ``disk_probe``: when it spikes together with the bookies' journal
-    fsyncs, the disk itself (or another process's I/O) was slow, not the bookies."""
+    fsyncs, the disk itself (or another process's I/O) was slow, not the bookies. Each tick also
+    samples how many threads of the machine wanted a CPU (``runnable``, the most per second): a
+    loop that was late while many more threads than cores were runnable was waiting for a core."""
 
     def __init__(self, directory: Path, window: PeakWindow, interval: float = 0.02) -> None:
         self.path = directory / "disk-probe"
         self.window = window
         self.interval = interval
+        self.runnable: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
 
@@ -246,6 +263,8 @@ class DiskProbe:
         block = os.urandom(4096)
         try:
             while not self._stop.wait(self.interval):
+                sec = int(time.time())
+                self.runnable[sec] = max(self.runnable.get(sec, 0), procs_running())
                 os.write(fd, block)
                 t0 = time.perf_counter()
                 os.fdatasync(fd)
@@ -269,16 +288,15 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
     ``probe_dir`` (a directory on the bookies' disk) a :class:`DiskProbe` runs meanwhile."""
     with contextlib.ExitStack() as stack:
         probe = PeakWindow()
-        if probe_dir is not None:
-            stack.enter_context(DiskProbe(probe_dir, probe))
+        disk = stack.enter_context(DiskProbe(probe_dir, probe)) if probe_dir is not None else None
         result = await _rate_limited_adds(client, rate, duration, entry_size, ensemble, write_quorum, ack_quorum,
-                                          warmup, stall_urls, probe)
+                                          warmup, stall_urls, probe, disk.runnable if disk else None)
     return result
 
 
 async def _rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
                              write_quorum: int, ack_quorum: int, warmup: float, stall_urls: dict[str, str] | None,
-                             probe: PeakWindow) -> dict[str, Any]:
+                             probe: PeakWindow, runnable: dict[int, int] | None) -> dict[str, Any]:
     lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
     client_peaks = PeakWindow()
     lag_probe = asyncio.get_running_loop().create_task(probe_loop_lag(client_peaks))
@@ -343,7 +361,7 @@ async def _rate_limited_adds(client: Client, rate: float, duration: float, entry
         "max_schedule_lag_ms": round(max_lag * 1000, 3), "errors": len(errors),
         "first_error": repr(errors[0]) if errors else None, "latency_ms": rec.summary_ms(),
         "worst_ms_per_second": worst_ms,
-        "stalls": stall_summary(worst_ms, first_second, windows),
+        "stalls": stall_summary(worst_ms, first_second, windows, runnable=runnable),
     }
 
 
@@ -810,11 +828,13 @@ def _stall_lines(result: dict[str, Any]) -> list[str]:
                     "(`loop_lag`: event loop late; `journal_queue`/`journal_fsync`: the journal; `checkpoint`, "
                     "`engine_flush`, `entrylog_write`, `writeback_sync`: storage; `gc_genN`: garbage-collector pauses; "
                     "`metadata_lookup`, `metadata_register`, `ledger_gc`: metadata operations; "
-                    "`machine.disk_probe`: a 4 KiB append + fdatasync every 20 ms by the benchmark, on the same disk).",
+                    "`machine.disk_probe`: a 4 KiB append + fdatasync every 20 ms by the benchmark, on the same disk; "
+                    "runnable: the most threads of the machine running or waiting for a CPU then, from /proc/stat).",
                     ""]
         d = lat["details"]
         out.append(f"- run {n} (p99 {d['latency_ms']['p99']} ms, p99.9 {d['latency_ms']['p99.9']} ms): "
-                   + "; ".join(f"second {w['second']}: {w['worst_add_ms']} ms <- "
+                   + "; ".join(f"second {w['second']}: {w['worst_add_ms']} ms"
+                               + (f" ({w['runnable']} runnable)" if "runnable" in w else "") + " <- "
                                + (", ".join(f"{k} {v}" for k, v in w["peaks_ms"].items()) or "nothing above 1 ms")
                                for w in stalls["worst_seconds"][:3]))
     return out
