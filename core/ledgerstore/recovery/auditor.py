@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ledgerstore.api import Notification, Subscription
@@ -48,10 +49,13 @@ log = logging.getLogger(__name__)
 class Auditor:
     """Runs (``await run()``) while this process is the elected auditor; cancel it to stop."""
 
-    def __init__(self, store: Any, settings: AutoRecoveryConfig) -> None:
+    def __init__(self, store: Any, settings: AutoRecoveryConfig, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.settings = settings
-        self.markers = UnderReplicationManager(store)
+        #: how long bookies have been gone and when the last full check ran (the simulation's seam)
+        self.clock = clock
+        self.markers = UnderReplicationManager(store, wall_clock)
         self.ledgers = LedgerManager(store)
         self.registry = BookieRegistry(store)
         #: bookie id -> monotonic time it was first seen gone
@@ -65,6 +69,8 @@ class Auditor:
         #: bookie id -> the incarnation it had when it was first seen gone
         self._lost_incarnation: dict[str, str | None] = {}
         self._cookies_changed = True
+        #: the bookies registered at the last pass
+        self._registered: set[str] = set()
         self._replicas_kick = asyncio.Event()
         self._pool: ChannelPool | None = None
         self.stats: dict[str, Any] = {"full_checks": 0, "ledgers_checked": 0, "ledgers_marked": 0,
@@ -97,7 +103,7 @@ class Auditor:
                 subs.append(await self.store.watch(prefix, self._on_event))
             subs.append(await self.store.watch(AUDIT_TRIGGER, self._on_trigger))
             subs.append(await self.store.watch(layout.COOKIES, self._on_cookie))
-            last_full = time.monotonic()
+            last_full = self.clock()
             while True:
                 try:
                     delay = await self._delay()
@@ -107,14 +113,14 @@ class Auditor:
                     self._kick.clear()
                     if not await self.markers.is_enabled():
                         continue
-                    if time.monotonic() - last_full >= self.settings.audit_interval_s:
+                    if self.clock() - last_full >= self.settings.audit_interval_s:
                         self._full_requested = True
                     full = self._full_requested
                     self._full_requested = False
                     await self.check(delay, full)
                     self.stats["under_replicated_ledgers"] = len(await self.markers.ledger_ids())  # metrics gauge
                     if full:
-                        last_full = time.monotonic()
+                        last_full = self.clock()
                 except LedgerStoreError as exc:
                     log.warning("auditor: %s (retrying)", exc)
                     await asyncio.sleep(1.0)
@@ -162,7 +168,7 @@ class Auditor:
         newly marked."""
         registered = {b.bookie_id for b in await self.registry.all()}
         known = set(await self.store.children(layout.COOKIES)) | self._referenced
-        now = time.monotonic()
+        now = self.clock()
         for b in known - registered:
             if b not in self.lost_since:
                 log.info("auditor: bookie %s is gone; its ledgers are marked after %.1fs unless it returns", b, delay)
@@ -206,10 +212,17 @@ class Auditor:
         changed: dict[str, str | None] = {}
         reread = self._cookies_changed or full
         self._cookies_changed = False
-        for b in registered:
-            if b in self.incarnations and not reread:
+        # a bookie writes its cookie before it registers: a pass woken by the cookie may run in
+        # between, so the cookies of known bookies not registered yet are read too, and a
+        # bookie's incarnation is also re-read on the first pass it is registered in
+        arrived = registered - self._registered
+        self._registered = registered
+        for b in sorted(registered | (set(self.incarnations) if reread else set())):
+            if b in self.incarnations and not reread and b not in arrived:
                 continue
             now = await self.markers.incarnation(b)
+            if now is None and b not in registered:
+                continue  # gone with its cookie: nothing to learn until it comes back
             if b in self.incarnations and self.incarnations[b] != now:
                 changed[b] = self.incarnations[b]
             self.incarnations[b] = now

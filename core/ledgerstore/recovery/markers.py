@@ -168,8 +168,10 @@ class Marker:
 class UnderReplicationManager:
     """Markers, claims and switches of auto-recovery on any MetadataStore."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        #: the wall clock leases, ``since`` and ``not_before`` are read on (the simulation's seam)
+        self.clock = clock
 
     # --- markers ---------------------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class UnderReplicationManager:
             got = await self.store.get(path)
             try:
                 if got is None:
-                    m = Marker(ledger_id, sorted(want), time.time(), incarnations=known)
+                    m = Marker(ledger_id, sorted(want), self.clock(), incarnations=known)
                     await self.store.put(path, m.to_bytes(), NOT_EXISTS)
                     return True
                 m = Marker.from_bytes(got.value, got.version)
@@ -224,7 +226,7 @@ class UnderReplicationManager:
         if got is None:
             return None, float("inf")
         m = Marker.from_bytes(got.value, got.version)
-        now = time.time()
+        now = self.clock()
         if not m.claimable(now):
             return None, m.busy_until()
         if accept is not None and not accept(m):
@@ -243,7 +245,7 @@ class UnderReplicationManager:
         path = marker_path(m.ledger_id)
         while True:
             if lease_s is not None:
-                m.lease_until = time.time() + lease_s
+                m.lease_until = self.clock() + lease_s
             try:
                 m.version = await self.store.put(path, m.to_bytes(), m.version)
                 return m
@@ -293,7 +295,7 @@ class UnderReplicationManager:
             return True
 
     async def set_enabled(self, enabled: bool) -> None:
-        await self.store.put(ENABLE, json.dumps({"enabled": enabled, "at": time.time()}).encode())
+        await self.store.put(ENABLE, json.dumps({"enabled": enabled, "at": self.clock()}).encode())
 
     async def lost_bookie_delay(self) -> float | None:
         """The cluster-wide lost-bookie recovery delay, or None when each process's config rules."""
@@ -311,7 +313,7 @@ class UnderReplicationManager:
     async def trigger_audit(self, replicas: bool = False) -> None:
         """Ask the auditor for a full check now; with ``replicas`` also for a replicas check
         (every bookie asked which ledgers it holds)."""
-        await self.store.put(AUDIT_TRIGGER, json.dumps({"at": time.time(), "replicas": replicas}).encode())
+        await self.store.put(AUDIT_TRIGGER, json.dumps({"at": self.clock(), "replicas": replicas}).encode())
 
     async def audit_trigger(self) -> dict[str, Any]:
         """The last trigger written (``{}`` if none)."""
@@ -341,7 +343,7 @@ class UnderReplicationManager:
                 old = LossRecord.from_bytes(bookie_id, got.value)
                 if reason == GONE or (old.reason != GONE and old.incarnation == incarnation):
                     return old
-            rec = LossRecord(bookie_id, incarnation, reason, time.time())
+            rec = LossRecord(bookie_id, incarnation, reason, self.clock())
             try:
                 await self.store.put(path, rec.to_bytes(), NOT_EXISTS if got is None else got.version)
                 return rec
@@ -375,7 +377,7 @@ class UnderReplicationManager:
         return set(await self.store.children(DECOMMISSION))
 
     async def start_decommission(self, bookie_id: str) -> None:
-        await self.store.put(f"{DECOMMISSION}/{bookie_id}", json.dumps({"since": time.time()}).encode())
+        await self.store.put(f"{DECOMMISSION}/{bookie_id}", json.dumps({"since": self.clock()}).encode())
 
     async def end_decommission(self, bookie_id: str) -> None:
         try:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,10 +38,14 @@ class RecoveryService:
     """
 
     def __init__(self, client_config: ClientConfig, settings: AutoRecoveryConfig, process_id: str | None = None,
-                 on_decommission: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_decommission: Callable[[], Awaitable[None]] | None = None, *, client: Client | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.process_id = process_id or f"autorecovery-{socket.gethostname()}-{os.getpid()}"
-        self.client = Client(config=client_config)
+        #: ``client`` and the clocks are seams (the simulation passes its own)
+        self.client = client or Client(config=client_config)
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.on_decommission = on_decommission
         self.election: AuditorElection | None = None
         self.worker: ReplicationWorker | None = None
@@ -66,7 +71,7 @@ class RecoveryService:
         assert store is not None
         self.election = AuditorElection(store, self.process_id)
         await self.election.start()
-        self.worker = ReplicationWorker(self.client, self.settings, self.process_id)
+        self.worker = ReplicationWorker(self.client, self.settings, self.process_id, clock=self.wall_clock)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.worker.run(), name="replication-worker"))
         self._tasks.append(loop.create_task(self._follow_election(), name="auditor-supervisor"))
@@ -117,7 +122,7 @@ class RecoveryService:
             running = self._auditor_task is not None and not self._auditor_task.done()
             if self.election.is_auditor and not running:
                 log.info("%s is the auditor", self.process_id)
-                self.auditor = Auditor(self.client.store, self.settings)
+                self.auditor = Auditor(self.client.store, self.settings, self.clock, self.wall_clock)
                 self._auditor_task = asyncio.get_running_loop().create_task(self.auditor.run(), name="auditor")
             elif not self.election.is_auditor and running:
                 assert self._auditor_task is not None

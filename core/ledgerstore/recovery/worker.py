@@ -24,7 +24,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ledgerstore.client.client import Client
@@ -91,14 +91,17 @@ class ReplicationWorker:
     """
 
     def __init__(self, client: Client, settings: AutoRecoveryConfig, worker_id: str,
-                 only: set[str] | None = None, obey_switch: bool = True) -> None:
+                 only: set[str] | None = None, obey_switch: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
         self.client = client
+        #: the wall clock leases and grace periods are read on (the simulation's seam)
+        self.clock = clock
         self.obey_switch = obey_switch
         self.settings = settings
         self.worker_id = worker_id
         self.only = only
         assert client.store is not None, "the client is not started"
-        self.markers = UnderReplicationManager(client.store)
+        self.markers = UnderReplicationManager(client.store, clock)
         self.throttle = Throttle(settings.rereplication_entries_per_s)
         self._busy_until: dict[int, float] = {}
         self._wake = asyncio.Event()
@@ -146,7 +149,7 @@ class ReplicationWorker:
         for lid in ids:
             if len(active) >= self.settings.parallel_ledgers:
                 return
-            if lid in active or self._busy_until.get(lid, 0.0) > time.time():
+            if lid in active or self._busy_until.get(lid, 0.0) > self.clock():
                 continue
             m, busy_until = await self.markers.claim(lid, self.worker_id, self.settings.lease_s, accept)
             if m is None:
@@ -169,12 +172,12 @@ class ReplicationWorker:
             log.warning("re-replication of ledger %d failed (will retry): %s", m.ledger_id, exc)
             renewer.cancel()
             async with lock:
-                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", time.time() + 2.0)
+                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", self.clock() + 2.0)
         except Exception as exc:  # a bug must not leave the marker claimed until its lease lapses
             log.exception("re-replication of ledger %d failed unexpectedly", m.ledger_id)
             renewer.cancel()
             async with lock:
-                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", time.time() + 10.0)
+                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", self.clock() + 10.0)
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -233,7 +236,7 @@ class ReplicationWorker:
                     ensemble[i] = await self._replace(md, password, first, last, ensemble, i, todo)
             if open_last:
                 until = m.since + self.settings.open_ledger_rereplication_grace_s
-                if time.time() < until:
+                if self.clock() < until:
                     # the writer may still replace the bookie itself by an ensemble change
                     fresh_md = await client.ledgers.read(m.ledger_id)
                     if set(fresh_md.current_ensemble) & todo and not fresh_md.is_closed:

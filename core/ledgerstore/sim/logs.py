@@ -26,8 +26,6 @@ from typing import Protocol
 from ledgerstore.client.client import Client
 from ledgerstore.client.log import LogWriter
 from ledgerstore.errors import LedgerStoreError, MetadataError
-from ledgerstore.meta import layout
-from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.meta.logs import LogMetadata, Position, log_path
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.network import LinkFaults
@@ -123,9 +121,9 @@ class LogWorkload:
             self.stats["log_sessions"] += 1
             self.leader = name
             self.world.trace("log.leader", f"{name} ledger {w.ledger_id}")
-            stint = self.loop.time() + rng.uniform(2.0, 20.0)
+            stint = self.loop.time() + rng.uniform(5.0, 30.0)
             await self._append(name, w, rng, min(stint, until))
-            await asyncio.sleep(rng.uniform(1.0, 15.0))
+            await asyncio.sleep(rng.uniform(2.0, 20.0))
 
     async def _append(self, name: str, w: LogWriter, rng: random.Random, until: float) -> None:
         window = rng.choice((1, 2, 8))
@@ -203,7 +201,7 @@ class LogWorkload:
             self.world.trace("log.fault", f"{kind} {a}->{b} {hold:.3f}s")
             if kind == "metadata-fail":  # a flaky store for one writer: rolls meet failed creates, appends, closes
                 target = self.leader if self.leader is not None and rng.random() < 0.8 else rng.choice(WRITERS)
-                flaky = (target, rng.choice((0.2, 0.5)), min(hold, until - self.loop.time()))
+                flaky = (target, rng.choice((0.2, 0.5)), min(hold + 2.0, until - self.loop.time()))
                 self.world.meta.fail_writes_for(*flaky)
             elif kind == "pause-writer":
                 self._pause(rng.choice(WRITERS), hold * 2)
@@ -234,10 +232,6 @@ class LogWorkload:
 
     # --- checking ----------------------------------------------------------------------------------
 
-    def _ledger(self, ledger_id: int) -> LedgerMetadata | None:
-        cur = self.world.meta.data.get(layout.ledger_path(ledger_id))
-        return None if cur is None else LedgerMetadata.from_bytes(cur[0], cur[1])
-
     def _log(self) -> LogMetadata | None:
         cur = self.world.meta.data.get(log_path(LOG))
         return None if cur is None else LogMetadata.from_bytes(cur[0], cur[1])
@@ -248,7 +242,7 @@ class LogWorkload:
         if md is None or self._open_seen:
             return
         for lid in md.ledger_ids[:-2]:
-            lmd = self._ledger(lid)
+            lmd = self.world.meta.ledger(lid)
             if lmd is not None and not lmd.is_closed:
                 self._open_seen = True  # once per run: every later change would repeat it
                 self.run.violation(f"log: ledger {lid} is {lmd.state} although later ledgers follow it "
@@ -284,7 +278,7 @@ class LogWorkload:
         md = self._log()
         assert md is not None
         for lid in md.ledger_ids:
-            lmd = self._ledger(lid)
+            lmd = self.world.meta.ledger(lid)
             if lmd is None or not lmd.is_closed:
                 self.run.violation(f"log: ledger {lid} is {None if lmd is None else lmd.state} after a takeover "
                                    "on a healthy cluster")

@@ -31,6 +31,8 @@ from ledgerstore.errors import (
     NoSuchKeyError,
     SessionExpiredError,
 )
+from ledgerstore.meta import layout
+from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.sim.trace import Trace
 
 SCHEME = "sim"
@@ -151,6 +153,19 @@ class SimMetadata:
     def children(self, key: str) -> list[str]:
         base = key.rstrip("/") + "/"
         return sorted({k[len(base):].split("/", 1)[0] for k in self.data if k.startswith(base)})
+
+    # --- for the checks: the stored state, read without a process, latency or faults ------------------
+
+    def ledger(self, ledger_id: int) -> LedgerMetadata | None:
+        """A ledger's metadata as stored now (None if there is none)."""
+        cur = self.data.get(layout.ledger_path(ledger_id))
+        return None if cur is None else LedgerMetadata.from_bytes(cur[0], cur[1])
+
+    def ledgers(self) -> list[LedgerMetadata]:
+        """Every ledger's metadata as stored now, by ledger id."""
+        prefix = layout.LEDGERS + "/"
+        return [LedgerMetadata.from_bytes(v, ver) for k, (v, ver, _) in sorted(self.data.items())
+                if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith("L")]
 
 
 class SimMetadataStore(MetadataStore):

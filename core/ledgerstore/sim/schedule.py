@@ -21,6 +21,7 @@ from ledgerstore.client.client import Client
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.proto.codec import Op
+from ledgerstore.sim.auditor import AutoRecovery
 from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
@@ -483,6 +484,8 @@ async def _scenario(run: _Run) -> None:
     recoverer = await w.client("recoverer", read_timeout_s=timeout).start()
     logs = LogWorkload(run)  # log writers, a reader and their faults (ledgerstore.sim.logs)
     await logs.start()
+    autorecovery = AutoRecovery(run)  # auditor, workers, a bookie losing its disks (ledgerstore.sim.auditor)
+    await autorecovery.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -503,10 +506,16 @@ async def _scenario(run: _Run) -> None:
         work.cancel()
     elif work.exception() is not None:
         run.violation(f"the writer failed on a healthy cluster: {work.exception()!r}")
-    reader = await w.client("reader").start()
-    for led in run.ledgers:
+    for led in run.ledgers:  # with the lost bookies still down
         await _recover_at_the_end(run, recoverer, led)
     await run.replace_lost()
+    await logs.finish()  # the log's final takeover and checks, before a bookie is wiped
+    run.stats.update(logs.stats)
+    await autorecovery.settle()
+    run.stats.update(autorecovery.stats)
+    for led in run.ledgers:  # auto-recovery may have replaced bookies since recovery closed it
+        led.recovered = led.recovered and autorecovery.current(led.ledger_id)
+    reader = await w.client("reader").start()
     for led in run.ledgers:
         if led.recovered is None:
             await _recover_at_the_end(run, recoverer, led)
@@ -514,8 +523,6 @@ async def _scenario(run: _Run) -> None:
             run.violation(f"ledger {led.ledger_id} could not be recovered on a healthy cluster")
         else:
             await check_ledger(run, led, reader)
-    await logs.finish()
-    run.stats.update(logs.stats)
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
 
