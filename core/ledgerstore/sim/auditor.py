@@ -76,6 +76,10 @@ class AutoRecovery:
             lease_s=rng.choice((5.0, 30.0)), replicas_check_interval_s=0.0)
         self.world.trace("autorecovery.settings", f"delay {settings.lost_bookie_recovery_delay_s} grace "
                          f"{settings.open_ledger_rereplication_grace_s} lease {settings.lease_s}")
+        # clock skew: the markers' leases, grace periods and retry times are wall-clock times
+        # that one process writes and another compares with its own clock
+        self.skew = {name: rng.choice((0.0, 0.0, 1.5, -1.5, 45.0, -45.0)) for name in PROCESSES}
+        self.world.trace("autorecovery.skew", str(self.skew))
         server = self.world.meta
         server.watches.append(_Watch(server, MARKERS, self._on_marker))
         for name in PROCESSES:

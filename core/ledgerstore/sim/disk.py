@@ -30,7 +30,14 @@ from ledgerstore.bookie.journal import (
     Record,
     _split_batch,
 )
-from ledgerstore.errors import BookieIOError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
+from ledgerstore.errors import (
+    BookieDiskFullError,
+    BookieIOError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+from ledgerstore.proto.digest import ENTRY_HEADER
 
 
 @dataclasses.dataclass
@@ -182,10 +189,24 @@ class _Ledger:
 
 
 @dataclasses.dataclass
+class DiskFaults:
+    """How a bookie's ledger disk misbehaves for a while: each write fails with probability
+    ``write_error`` (ENOSPC when ``full``, else EIO), each read of an entry comes back with one
+    bit flipped with probability ``flip`` (past the entry's header, so the bookie's own view of
+    the ledger's LAC is intact: only the entry's digest can tell)."""
+
+    write_error: float = 0.0
+    full: bool = False
+    flip: float = 0.0
+    rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
+
+
+@dataclasses.dataclass
 class EngineDisk:
-    """What the engine's last flush made durable, per ledger."""
+    """What the engine's last flush made durable, per ledger, and the disk's current faults."""
 
     ledgers: dict[int, _Ledger] = dataclasses.field(default_factory=dict)
+    faults: DiskFaults = dataclasses.field(default_factory=DiskFaults)
 
 
 class SimStorageEngine(StorageEngine):
@@ -200,6 +221,8 @@ class SimStorageEngine(StorageEngine):
         self.disk = disk
         self.ledgers: dict[int, _Ledger] = {}
         self.written = 0
+        #: reads answered with a flipped bit
+        self.flipped = 0
 
     def open(self) -> None:
         self.ledgers = copy.deepcopy(self.disk.ledgers)
@@ -239,15 +262,30 @@ class SimStorageEngine(StorageEngine):
         return led is not None and led.fenced
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        f = self.disk.faults
+        if f.write_error and f.rng.random() < f.write_error:
+            # what the bookie sees of the real engine: ENOSPC is retryable (the disk is full, the
+            # bookie turns read-only), EIO fails this write
+            if f.full:
+                raise BookieDiskFullError(f"ledger {ledger_id} entry {entry_id}: no space left on device")
+            raise BookieIOError(f"ledger {ledger_id} entry {entry_id}: input/output error")
         self._ledger(ledger_id).entries[entry_id] = bytes(data)
         self.written += 1
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
         led = self._known(ledger_id)
         try:
-            return led.entries[entry_id]
+            data = led.entries[entry_id]
         except KeyError:
             raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here") from None
+        f = self.disk.faults
+        if f.flip and len(data) > ENTRY_HEADER.size and f.rng.random() < f.flip:
+            bit = f.rng.randrange(ENTRY_HEADER.size * 8, len(data) * 8)
+            flipped = bytearray(data)
+            flipped[bit // 8] ^= 1 << (bit % 8)
+            self.flipped += 1
+            return bytes(flipped)
+        return data
 
     def last_entry_id(self, ledger_id: int) -> int:
         return max(self._known(ledger_id).entries, default=-1)

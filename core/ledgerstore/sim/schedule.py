@@ -22,6 +22,7 @@ from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.proto.codec import Op
 from ledgerstore.sim.auditor import AutoRecovery
+from ledgerstore.sim.diskfaults import DiskFaultSchedule
 from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
@@ -486,6 +487,8 @@ async def _scenario(run: _Run) -> None:
     await logs.start()
     autorecovery = AutoRecovery(run)  # auditor, workers, a bookie losing its disks (ledgerstore.sim.auditor)
     await autorecovery.start()
+    disks = DiskFaultSchedule(run)  # failed writes and flipped bits (ledgerstore.sim.diskfaults)
+    disks.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -523,6 +526,7 @@ async def _scenario(run: _Run) -> None:
             run.violation(f"ledger {led.ledger_id} could not be recovered on a healthy cluster")
         else:
             await check_ledger(run, led, reader)
+    run.stats.update(disks.stats, flipped_reads=disks.flipped())
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
 
