@@ -12,10 +12,10 @@ from ledgerstore.api import Notification
 from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.meta import layout
 from ledgerstore.meta.ledgers import LedgerMetadata
-from ledgerstore.sim import VirtualTimeLoop
 from ledgerstore.sim.auditor import AutoRecovery
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.world import World
+from tests.sim._worlds import in_world
 
 
 def setup_module() -> None:
@@ -47,12 +47,12 @@ def _wiped_bookie_run(seed: int, restart_after: float, delay: float,
     empty after ``restart_after`` seconds (``stall_registration``: the bookie stalls for a
     second between writing its new cookie and registering). Returns the violations found once
     no marker is left, and the ledger's metadata."""
-    loop = VirtualTimeLoop()
-    world = World(seed, loop, bookies=4)
-    run = _Run(world)
-    recovery = AutoRecovery(run, AutoRecoveryConfig(lost_bookie_recovery_delay_s=delay, replicas_check_interval_s=0.0))
+    violations: list[str] = []
 
-    async def scenario() -> LedgerMetadata | None:
+    async def scenario(world: World) -> LedgerMetadata | None:
+        run = _Run(world, violations=violations)
+        recovery = AutoRecovery(run, AutoRecoveryConfig(lost_bookie_recovery_delay_s=delay,
+                                                        replicas_check_interval_s=0.0))
         await world.start_bookies()
         await recovery.start()
         writer = await world.client("writer").start()
@@ -67,7 +67,7 @@ def _wiped_bookie_run(seed: int, restart_after: float, delay: float,
             def stall(_n: Notification) -> None:
                 if f"{layout.COOKIES}/{victim.bookie_id}" in world.meta.data and victim.name not in world.net.held:
                     world.net.hold(victim.name)
-                    loop.call_later(1.0, world.net.release, victim.name)
+                    world.loop.call_later(1.0, world.net.release, victim.name)
                     watch.cancel()
 
             watch = _Watch(world.meta, f"{layout.COOKIES}/{victim.bookie_id}", stall)
@@ -75,12 +75,8 @@ def _wiped_bookie_run(seed: int, restart_after: float, delay: float,
         await recovery.settle()
         return recovery.current(lh.ledger_id)
 
-    try:
-        with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            md = runner.run(scenario())
-    finally:
-        world.close()
-    return run.violations, md
+    md = in_world(seed, 4, scenario)
+    return violations, md
 
 
 def test_a_bookie_back_with_empty_disks_gets_what_it_held_re_replicated() -> None:

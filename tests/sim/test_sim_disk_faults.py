@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
-from ledgerstore.sim import VirtualTimeLoop, run_seed
+from ledgerstore.sim import run_seed
 from ledgerstore.sim.disk import DiskFaults
 from ledgerstore.sim.world import World
-
-T = TypeVar("T")
+from tests.sim._worlds import in_world
 
 
 def setup_module() -> None:
@@ -21,16 +17,6 @@ def setup_module() -> None:
 
 def teardown_module() -> None:
     logging.disable(logging.NOTSET)
-
-
-def _in_world(bookies: int, scenario: Callable[[World], Awaitable[T]]) -> T:
-    loop = VirtualTimeLoop()
-    world = World(0, loop, bookies=bookies)
-    try:
-        with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            return runner.run(scenario(world))
-    finally:
-        world.close()
 
 
 def test_a_flipped_bit_fails_the_digest_and_the_entry_is_read_from_another_replica() -> None:
@@ -50,7 +36,7 @@ def test_a_flipped_bit_fails_the_digest_and_the_entry_is_read_from_another_repli
         flipped = sum(e.flipped for b in world.bookies if (e := b.engine()) is not None)
         return [e.payload for e in entries], flipped
 
-    payloads, flipped = _in_world(3, scenario)
+    payloads, flipped = in_world(0, 3, scenario)
     assert payloads == [f"entry {i}".encode() for i in range(30)]
     assert flipped >= 30
 
@@ -69,7 +55,7 @@ def test_a_disk_that_fails_every_write_moves_the_writer_to_another_bookie() -> N
         rh = await reader.open_ledger(lh.ledger_id, b"sim")
         return ids, rh.metadata.ensembles[-1][1], [e.payload for e in await rh.read(0, 10)]
 
-    ids, last_ensemble, payloads = _in_world(4, scenario)
+    ids, last_ensemble, payloads = in_world(0, 4, scenario)
     assert ids == list(range(1, 11))
     assert len(set(last_ensemble)) == 3
     assert payloads == [b"before", *(f"after {i}".encode() for i in range(10))]
@@ -88,7 +74,7 @@ def test_a_full_disk_fails_its_adds_and_the_writer_carries_on() -> None:
         ids = [await lh.append(f"{i}".encode()) for i in range(10)]
         return ids, lh.metadata.ensembles[-1][1], full.bookie_id
 
-    ids, ensemble, full = _in_world(4, scenario)
+    ids, ensemble, full = in_world(0, 4, scenario)
     assert ids == list(range(10))
     assert full not in ensemble and len(set(ensemble)) == 3
 
