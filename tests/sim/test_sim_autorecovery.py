@@ -8,10 +8,15 @@ import asyncio
 import dataclasses
 import logging
 
+import pytest
+
 from ledgerstore.api import Notification
+from ledgerstore.client.recovery import recover
 from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.meta import layout
-from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
+from ledgerstore.recovery import worker as worker_module
+from ledgerstore.sim import run_seed
 from ledgerstore.sim.auditor import AutoRecovery
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.world import World
@@ -93,3 +98,29 @@ def test_a_bookie_gone_longer_than_the_delay_gets_its_ledgers_re_replicated() ->
     violations, md = _wiped_bookie_run(1, restart_after=60.0, delay=2.0)
     assert not violations, violations
     assert md is not None and len(set(md.ensembles[0][1])) == 3
+
+
+#: with the open-ledger swap put back, the first seed (30 simulated seconds) that catches it is 9
+SWAP_BUG_SEEDS = 10
+
+
+def test_the_simulation_catches_auto_recovery_swapping_an_open_ledgers_last_fragment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 item 1 put back: a worker swaps the missing bookie of an open ledger's last
+    fragment for an empty replacement in the metadata (IN_RECOVERY) and only then recovers the
+    new ensemble, which never fences or reads the bookie it swapped out."""
+
+    async def swap_then_recover(self: worker_module.ReplicationWorker, md: LedgerMetadata, password: bytes,
+                                missing: set[str]) -> None:
+        ensemble = list(md.current_ensemble)
+        for i, b in enumerate(ensemble):
+            if b in missing:
+                ensemble[i] = await self._choose(md, ensemble, i, set(missing))
+        swapped = dataclasses.replace(md, ensembles=[*md.ensembles[:-1], (md.ensembles[-1][0], ensemble)],
+                                      state=LedgerState.IN_RECOVERY)
+        await recover(self.client, await self.client.ledgers.write(swapped), password)
+
+    monkeypatch.setattr(worker_module.ReplicationWorker, "_recover_open", swap_then_recover)
+    caught = next((out for seed in range(SWAP_BUG_SEEDS) if not (out := run_seed(seed, duration=30)).ok), None)
+    assert caught is not None, f"none of seeds 0..{SWAP_BUG_SEEDS - 1} caught the swap of an open ledger's fragment"
+
