@@ -199,6 +199,9 @@ class DiskFaults:
     full: bool = False
     flip: float = 0.0
     rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
+    #: only this engine (one process of the bookie) meets the faults: a restarted bookie replays
+    #: its journal on a disk that works (None: every engine on the disk)
+    engine: object | None = None
 
 
 @dataclasses.dataclass
@@ -263,7 +266,7 @@ class SimStorageEngine(StorageEngine):
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         f = self.disk.faults
-        if f.write_error and f.rng.random() < f.write_error:
+        if f.write_error and f.engine in (None, self) and f.rng.random() < f.write_error:
             # what the bookie sees of the real engine: ENOSPC is retryable (the disk is full, the
             # bookie turns read-only), EIO fails this write
             if f.full:
@@ -279,7 +282,7 @@ class SimStorageEngine(StorageEngine):
         except KeyError:
             raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here") from None
         f = self.disk.faults
-        if f.flip and len(data) > ENTRY_HEADER.size and f.rng.random() < f.flip:
+        if f.flip and f.engine in (None, self) and len(data) > ENTRY_HEADER.size and f.rng.random() < f.flip:
             bit = f.rng.randrange(ENTRY_HEADER.size * 8, len(data) * 8)
             flipped = bytearray(data)
             flipped[bit // 8] ^= 1 << (bit % 8)

@@ -1,8 +1,10 @@
-"""Disk faults in the simulation: a bookie's ledger disk fails writes (EIO, or ENOSPC which turns
-the bookie read-only) or returns entries with a flipped bit, for a few seconds at a time.
+"""Disk faults in the simulation: a bookie's ledger disk fails writes (EIO, or ENOSPC which the
+bookie takes for a full disk) or returns entries with a flipped bit, for a few seconds at a time.
 
 The faults live on the bookie's :class:`~ledgerstore.sim.disk.EngineDisk` (see
-:class:`~ledgerstore.sim.disk.DiskFaults`), so they outlast a crash of the process. A flipped
+:class:`~ledgerstore.sim.disk.DiskFaults`) and hit the process running when they were drawn: a
+bookie that crashes and restarts replays its journal on a disk that works (a restart that
+cannot replay is a bookie that stays down, which the schedule counts as a failure). A flipped
 bit must never reach an application: the entry's digest fails and the client reads it from
 another replica; the schedule's final checks read every acknowledged entry back with its
 payload, and :attr:`DiskFaultSchedule.stats` counts the flipped reads served.
@@ -50,8 +52,12 @@ class DiskFaultSchedule:
             p = rng.choice((0.05, 0.3, 1.0))
             hold = min(rng.uniform(0.5, 10.0), self.run.duration - self.loop.time())
             n += 1
+            engine = node.engine()
+            if engine is None:
+                continue  # the bookie is down: its disk is not in use
             faults = DiskFaults(write_error=0.0 if kind == "flip" else p, full=kind == "enospc",
-                                flip=p if kind == "flip" else 0.0, rng=self.world.rng_for(f"{node.name}.disk.{n}"))
+                                flip=p if kind == "flip" else 0.0, rng=self.world.rng_for(f"{node.name}.disk.{n}"),
+                                engine=engine)
             node.engine_disk.faults = faults
             self.stats["disk_faults"] += 1
             self.world.trace("disk.fault", f"{node.name} {kind} p={p:g} for {hold:.3f}s")
