@@ -244,7 +244,9 @@ class _LedgerRecovery:
 
     async def _prefix_length(self, start: int) -> int:
         """Payload bytes of entries ``0..start-1`` (acknowledged before recovery began): read
-        them back, which also shows they are readable. On failure the recorded length stays."""
+        them back, which also shows they are readable. A ledger is never closed with a length it
+        does not know (a closed ledger never changes): a failed read fails this recovery, which
+        the caller retries."""
         if start <= 0:
             return 0
         self.handle._lac = start - 1
@@ -253,9 +255,8 @@ class _LedgerRecovery:
             async for entry in self.handle.iter_entries(0, start - 1, batch=READ_MULTI_ENTRIES):
                 total += len(entry.payload)
         except LedgerStoreError as exc:
-            log.warning("recovery of ledger %d: cannot read entries 0..%d to learn its length (%s); "
-                        "keeping the recorded length %d", self.md.ledger_id, start - 1, exc, self.md.length)
-            return self.md.length
+            raise LedgerRecoveryError(f"recovery of ledger {self.md.ledger_id}: cannot read entries 0..{start - 1} "
+                                      f"to learn its length ({exc}); try again once they are readable") from exc
         return total
 
     async def _close(self, last: int, length: int) -> LedgerMetadata:

@@ -569,6 +569,12 @@ async def check_ledger(run: _Run, led: _Ledger, reader: Client) -> None:
         run.violation(f"ledger {lid}: reading 0..{md.last_entry_id} failed: {exc!r}")
         return
     got = {e.entry_id: e.payload for e in entries}
+    # issue 14 item 9: a recovered ledger's length is the payload bytes of entries 0..LAC, in its
+    # metadata and on every handle opened afterwards
+    length = sum(len(p) for p in got.values())
+    if len(got) == md.last_entry_id + 1 and (md.length, rh.length) != (length, length):
+        run.violation(f"ledger {lid}: closed at {md.last_entry_id} with {length} payload bytes, but its metadata "
+                      f"says length {md.length} and a handle opened afterwards {rh.length}")
     for eid, payload in acked.items():
         if eid <= md.last_entry_id and got.get(eid) != payload:
             run.violation(f"ledger {lid}: acknowledged entry {eid} reads back as {got.get(eid)!r}, not {payload!r}")
