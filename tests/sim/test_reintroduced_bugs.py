@@ -77,3 +77,16 @@ def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatc
     monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
     found = _violations(10)
     assert any("names a bookie twice" in v for vs in found.values() for v in vs), found
+
+
+def test_the_simulation_catches_a_recovered_ledger_that_reports_length_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 item 9 put back: recovery closes the ledger with the length its metadata had
+    (0 for a ledger that was never closed) instead of the payload bytes of entries 0..LAC."""
+    close = recovery._LedgerRecovery._close
+
+    async def close_with_the_old_length(self: recovery._LedgerRecovery, last: int, length: int) -> LedgerMetadata:
+        return await close(self, last, self.md.length)
+
+    monkeypatch.setattr(recovery._LedgerRecovery, "_close", close_with_the_old_length)
+    out = run_seed(0, duration=DURATION)  # seeds-to-find 1: every seed of 0..9 catches it
+    assert any("but its metadata says length 0" in v for v in out.violations), out.violations
