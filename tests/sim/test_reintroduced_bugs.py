@@ -11,10 +11,12 @@ import asyncio
 
 import pytest
 
+from ledgerstore.bookie.processor import RequestProcessor
 from ledgerstore.client import recovery
 from ledgerstore.errors import LedgerRecoveryError
 from ledgerstore.meta import ledgers
 from ledgerstore.meta.ledgers import LedgerMetadata
+from ledgerstore.proto.codec import Status
 from ledgerstore.sim import run_seed
 
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
@@ -75,8 +77,9 @@ def _no_ensemble_check(md: LedgerMetadata) -> None:
 def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery._LedgerRecovery, "_replace", _replace_against_the_old_ensemble)
     monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
-    found = _violations(10)
-    assert any("names a bookie twice" in v for vs in found.values() for v in vs), found
+    # seeds-to-find 17 (seed 16) since read-only spells joined the schedule (10 before)
+    twice = (seed for seed in range(17) if any("names a bookie twice" in v for v in run_seed(seed, duration=DURATION).violations))
+    assert next(twice, None) is not None, "none of seeds 0..16 caught an ensemble that names a bookie twice"
 
 
 def test_the_simulation_catches_a_recovered_ledger_that_reports_length_zero(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +93,17 @@ def test_the_simulation_catches_a_recovered_ledger_that_reports_length_zero(monk
     monkeypatch.setattr(recovery._LedgerRecovery, "_close", close_with_the_old_length)
     out = run_seed(0, duration=DURATION)  # seeds-to-find 1: every seed of 0..9 catches it
     assert any("but its metadata says length 0" in v for v in out.violations), out.violations
+
+
+def test_the_simulation_catches_a_read_only_bookie_that_refuses_recovery_adds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 item 6 put back: a read-only bookie refuses recovery adds like any add, so with
+    bookies of a ledger's last fragment read-only (and too few writable ones to replace them)
+    the ledger cannot be closed until the disks are freed."""
+    refusal = RequestProcessor._add_refusal
+
+    def refuse_when_read_only(self: RequestProcessor, ledger_id: int, key: bytes, flags: int) -> int | None:
+        return Status.READ_ONLY if self.state.read_only else refusal(self, ledger_id, key, flags)
+
+    monkeypatch.setattr(RequestProcessor, "_add_refusal", refuse_when_read_only)
+    found = _violations(3)  # seeds-to-find 3 (seed 2)
+    assert any("read-only, " in v and "could not be recovered with" in v for vs in found.values() for v in vs), found

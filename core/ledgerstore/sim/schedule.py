@@ -26,13 +26,16 @@ from ledgerstore.sim.diskfaults import DiskFaultSchedule
 from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
+from ledgerstore.sim.readonly import ReadOnlySpells
 from ledgerstore.sim.world import World
 
 log = logging.getLogger(__name__)
 
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
-               "slow-bookie", "hold-link", "stop-at-add")
+               "slow-bookie", "hold-link", "stop-at-add", "read-only")
+#: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``), not by :func:`draw_faults`
+OWN_SCHEDULE = frozenset({"read-only"})
 PASSWORD = b"sim"
 #: the frames a writer's adds travel in (what a stop-at-add fault waits for)
 ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
@@ -87,6 +90,7 @@ def draw_faults(rng: random.Random, clients: list[str], bookies: list[str], dura
     links that carry traffic: between a client and a bookie, in either direction."""
     out: list[Fault] = []
     t = 0.0
+    kinds = tuple(k for k in kinds if k not in OWN_SCHEDULE)
     if not kinds:
         return out
 
@@ -171,6 +175,8 @@ class _Run:
         self.healed = False
         #: bookies crashed for good: restarted only after the final recoveries
         self.lost: set[str] = set()
+        #: bookies turned read-only for spells (around recoveries too)
+        self.read_only = ReadOnlySpells(self)
 
     def violation(self, text: str) -> None:
         self.world.trace("VIOLATION", text)
@@ -266,6 +272,7 @@ class _Run:
             await asyncio.sleep(0.1)
         led = self.ledgers[count]
         await self.around_recovery(led)
+        self.read_only.around([b.split(":")[0] for b in led.handle.md.ensembles[-1][1]])
         while led.recovered is None and self.loop.time() < self.duration:
             if not await self.recover(client, led):
                 await asyncio.sleep(2.0)
@@ -444,7 +451,9 @@ class _Run:
             await asyncio.sleep(0.1)
 
     async def replace_lost(self) -> None:
-        """The operator brings the lost machines back (same disks, same ids)."""
+        """The operator brings the lost machines back (same disks, same ids) and frees the full
+        disks."""
+        await self.read_only.free()
         for name in sorted(self.lost):
             await self._restart(name)
         self.lost.clear()
@@ -452,18 +461,22 @@ class _Run:
             await asyncio.sleep(0.1)
 
     def must_recover(self, md: LedgerMetadata) -> str | None:
-        """Why the ledger of ``md`` must be recoverable with the lost bookies still down (None if it need
-        not be): at most Qa−1 bookies of its last fragment are lost, so every write quorum
-        still has Qw−Qa+1 to fence, and a running bookie outside it can take each one's place
-        (issue 14: recovery's write-back replaces a bookie that does not answer)."""
-        if not self.lost:
+        """Why the ledger of ``md`` must be recoverable with the lost bookies still down and the
+        read-only ones still read-only (None if it need not be): at most Qa−1 bookies of its last
+        fragment are lost, so every write quorum still has Qw−Qa+1 to fence, and a writable
+        bookie outside it can take each one's place (issue 14 item 2: recovery's write-back
+        replaces a bookie that does not answer); a read-only bookie is running and takes
+        recovery adds (item 6)."""
+        read_only = self.read_only.read_only()
+        if not self.lost and not read_only:
             return None
         ensemble = [b.split(":")[0] for b in md.ensembles[-1][1]]
         lost = [b for b in ensemble if b in self.lost]
-        spares = [b for b in self.world.bookies if b.running and b.name not in ensemble]
-        if not lost or len(lost) > md.ack_quorum - 1 or len(spares) < len(lost):
+        spares = [b for b in self.world.bookies if b.running and b.name not in ensemble and b.name not in read_only]
+        if len(lost) > md.ack_quorum - 1 or len(spares) < len(lost) or not (lost or read_only & set(ensemble)):
             return None
-        return f"{lost} lost (Qa {md.ack_quorum}), {len(spares)} spare bookies running"
+        return (f"{lost} lost (Qa {md.ack_quorum}), {sorted(read_only & set(ensemble))} of its last fragment "
+                f"read-only, {len(spares)} writable spare bookies running")
 
 
 async def _scenario(run: _Run) -> None:
@@ -489,6 +502,7 @@ async def _scenario(run: _Run) -> None:
     await autorecovery.start()
     disks = DiskFaultSchedule(run)  # failed writes and flipped bits (ledgerstore.sim.diskfaults)
     disks.start()
+    run.read_only.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -499,6 +513,7 @@ async def _scenario(run: _Run) -> None:
     await asyncio.sleep(d)
     inject.cancel()
     await run.heal()
+    await run.read_only.hold_until_freed()
     w.trace("healed")
     # let the writer's last adds settle (answered, failed or timed out) before judging them
     deadline = loop.time() + 120
@@ -527,6 +542,7 @@ async def _scenario(run: _Run) -> None:
         else:
             await check_ledger(run, led, reader)
     run.stats.update(disks.stats, flipped_reads=disks.flipped())
+    run.stats.update(run.read_only.stats)
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
 
