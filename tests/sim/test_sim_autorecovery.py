@@ -124,3 +124,24 @@ def test_the_simulation_catches_auto_recovery_swapping_an_open_ledgers_last_frag
     caught = next((out for seed in range(SWAP_BUG_SEEDS) if not (out := run_seed(seed, duration=30)).ok), None)
     assert caught is not None, f"none of seeds 0..{SWAP_BUG_SEEDS - 1} caught the swap of an open ledger's fragment"
 
+
+
+#: with a formatted bookie taken for the one it replaced, the first seed (30 simulated seconds)
+#: that catches it is 8: it wipes a bookie that comes back before its ledgers are re-replicated
+CAME_BACK_BUG_SEEDS = 9
+
+
+def test_the_simulation_catches_a_marker_cleared_because_a_formatted_bookie_came_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 item 5 (the auditor's part) put back: a worker takes any registered bookie for
+    one that holds what its markers say it lacks, although it came back as a new incarnation
+    (formatted, its cookie changed) holding nothing of the old ledgers."""
+
+    async def registered_is_back(self: worker_module.ReplicationWorker, missing: set[str]) -> set[str]:
+        registered = {b.bookie_id for b in await self.client.bookie_infos(max_age=0)}
+        return {b for b in missing if b not in registered or b in await self.markers.decommissioning()}
+
+    monkeypatch.setattr(worker_module.ReplicationWorker, "_still_missing", registered_is_back)
+    caught = next((out for seed in range(CAME_BACK_BUG_SEEDS) if not (out := run_seed(seed, duration=30)).ok), None)
+    assert caught is not None, f"none of seeds 0..{CAME_BACK_BUG_SEEDS - 1} caught a marker cleared for a formatted bookie"
+    assert any("copies lost with a wiped bookie were not re-replicated" in v for v in caught.violations), caught.violations
