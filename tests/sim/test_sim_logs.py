@@ -15,9 +15,11 @@ from ledgerstore.meta.logs import LogMetadata
 from ledgerstore.sim import VirtualTimeLoop, run_seed
 from ledgerstore.sim.world import World
 
-#: with the roll-past-a-failed-close bug put back, the first of these seeds that catches it is
-#: seed 5 (30 simulated seconds each)
-ROLL_BUG_SEEDS = 8
+#: with the roll-past-a-failed-close bug put back, the first seed that catches it (30 simulated
+#: seconds each) is 37 (then 52, 61, 63): seeds 0..36 do not, and running them all would cost
+#: CI 15 s, so the test runs the first one that does (it was seed 5 before recovery learnt to
+#: fail rather than close with a length it could not read, and read-only spells joined)
+ROLL_BUG_SEEDS = (37,)
 
 
 def setup_module() -> None:
@@ -66,7 +68,7 @@ def test_the_simulation_catches_a_log_that_rolls_past_a_ledger_that_failed_to_cl
     """Issue 14 item 4 put back: a roll closes the previous ledger once and goes on whether or
     not that close succeeded, and a new leader recovers only the last two ledgers. Flaky
     metadata writes on the leading writer make a roll's close fail; the list invariant (only
-    the newest two ledgers open) and the final read catch it within a few seeds."""
+    the newest two ledgers open) and the final read catch it (seed 37 first)."""
 
     async def close_once(self: log_module.LogWriter, lh: LedgerHandle) -> None:
         await lh.close()
@@ -83,6 +85,6 @@ def test_the_simulation_catches_a_log_that_rolls_past_a_ledger_that_failed_to_cl
     monkeypatch.setattr(log_module.LogWriter, "_close_ledger", close_once)
     monkeypatch.setattr(log_module.LogWriter, "_close_sealed", close_sealed)
     monkeypatch.setattr(log_module, "_unclosed", last_two)
-    caught = next((out for seed in range(ROLL_BUG_SEEDS) if not (out := run_seed(seed, duration=30)).ok), None)
-    assert caught is not None, f"none of seeds 0..{ROLL_BUG_SEEDS - 1} caught the roll past a failed close"
+    caught = next((out for seed in ROLL_BUG_SEEDS if not (out := run_seed(seed, duration=30)).ok), None)
+    assert caught is not None, f"none of seeds {ROLL_BUG_SEEDS} caught the roll past a failed close"
     assert any("rolled past a ledger that was not closed" in v for v in caught.violations), caught.violations

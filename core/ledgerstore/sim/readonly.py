@@ -2,13 +2,15 @@
 fill up or an operator switches it, through the bookie's own switch (``Bookie.set_read_only``,
 which also re-registers it read-only), then writable again.
 
-Spells come from the run's fault kind ``read-only``, drawn from a generator of their own: now
-and then one bookie for a few seconds, and around recoveries a spell on bookies of the ledger's
-current fragment (two of a three-bookie ensemble most often), sometimes with bookies outside it,
-so that too few writable bookies are left to replace them. One spell in three lasts until the
-operator frees the disks, after the final recoveries: those run with the bookies still
-read-only. A spell hits the process running when it was drawn; a bookie that crashes and
-restarts comes back writable, except a lasting spell's, which is switched again after the heal.
+Spells come from the run's fault kind ``read-only``, drawn from a generator of their own, on
+bookies of a ledger's current fragment (two of a three-bookie ensemble most often): around a
+third of the recoveries during the run, for 1 to 10 seconds; and in half of the runs, as the
+run ends, on a ledger left for the final recoveries, in half of those with bookies outside its
+fragment too (so that too few writable bookies are left to replace them), until the operator
+frees the disks after those recoveries. A spell hits the process running when it was drawn: a
+bookie that crashes and restarts comes back writable. Spells during the run stay on the
+ledger's own bookies and end soon, which leaves the other workloads (log writers,
+auto-recovery) writable bookies to move to.
 
 Invariant (checked by the schedule, :meth:`~ledgerstore.sim.schedule._Run.must_recover`): a
 read-only bookie is a running bookie. Recovery's write-back is a recovery add, which a read-only
@@ -18,7 +20,6 @@ bookie lost beyond Qa - 1 is recovered while the spells last, whatever bookies a
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 from ledgerstore.bookie.server import Bookie
@@ -26,13 +27,15 @@ from ledgerstore.errors import LedgerStoreError
 from ledgerstore.sim.logs import RunView
 
 KIND = "read-only"
-#: the share of spells that last until the operator frees the disks (after the final recoveries)
-LASTING = 1 / 3
+#: the share of recoveries during the run that meet a spell
+AROUND = 1 / 3
+#: the share of runs whose final recoveries meet a spell lasting through them
+AT_THE_END = 1 / 2
 
 
 class ReadOnlySpells:
-    """The read-only spells of one run (:meth:`start`, :meth:`around` each recovery,
-    :meth:`hold_until_freed` after the heal, :meth:`free` after the final recoveries)."""
+    """The read-only spells of one run (:meth:`around` each recovery, :meth:`at_the_end` after
+    the heal, :meth:`free` after the final recoveries)."""
 
     def __init__(self, run: RunView) -> None:
         self.run = run
@@ -44,41 +47,44 @@ class ReadOnlySpells:
         self.until: dict[str, float] = {}
         self.stats = {"read_only_spells": 0}
 
-    def start(self) -> None:
-        """Draw single-bookie spells from now until the end of the run."""
-        if self.enabled:
-            self.loop.create_task(self._draw(), name="read-only")
-
-    async def _draw(self) -> None:
+    def _draw(self, ensemble: list[str], spares: bool) -> list[str]:
+        """Some bookies of ``ensemble`` (two of three most often), and with ``spares`` in half of
+        the draws some bookies outside it too."""
         rng = self.rng
-        while True:
-            await asyncio.sleep(rng.expovariate(1 / 10.0))
-            if self.loop.time() > self.run.duration * 0.9 or self.run.healed:
-                return
-            self.spell([rng.choice(self.world.bookies).name], self._hold())
-
-    def _hold(self) -> float:
-        if self.rng.random() < LASTING:
-            return math.inf
-        return math.exp(self.rng.uniform(math.log(1.0), math.log(20.0)))
-
-    def around(self, ensemble: list[str]) -> None:
-        """A recovery of a ledger whose current fragment is ``ensemble`` starts: in half of the
-        recoveries some of its bookies turn read-only within half a second (two of three most
-        often), and in half of those some bookies outside it too."""
-        rng = self.rng
-        if not self.enabled or self.run.healed or rng.random() >= 0.5:
-            return
         count = min(rng.choice((1, 2, 2, len(ensemble) - 1)), len(ensemble))
         names = rng.sample(ensemble, max(1, count))
-        spares = [b.name for b in self.world.bookies if b.name not in ensemble]
-        if spares and rng.random() < 0.5:
-            names += rng.sample(spares, rng.randint(1, len(spares)))
-        self.loop.call_later(rng.uniform(0.0, 0.5), self.spell, names, self._hold())
+        others = [b.name for b in self.world.bookies if b.name not in ensemble]
+        if spares and others and rng.random() < 0.5:
+            names += rng.sample(others, rng.randint(1, len(others)))
+        return names
+
+    def around(self, ensemble: list[str]) -> None:
+        """A recovery of a ledger whose current fragment is ``ensemble`` starts: at a third of
+        them, bookies of it turn read-only within half a second, for 1 to 10 seconds."""
+        rng = self.rng
+        if not self.enabled or self.run.healed or rng.random() >= AROUND:
+            return
+        names = self._draw(ensemble, spares=False)
+        hold = math.exp(rng.uniform(math.log(1.0), math.log(10.0)))
+        self.loop.call_later(rng.uniform(0.0, 0.5), self.spell, names, hold)
+
+    async def at_the_end(self, ensembles: list[list[str]]) -> None:
+        """After the heal, before the final recoveries of ledgers whose current fragments are
+        ``ensembles``: in half of the runs, bookies of one of them turn read-only until
+        :meth:`free`."""
+        rng = self.rng
+        if not self.enabled or not ensembles or rng.random() >= AT_THE_END:
+            return
+        for name in self._draw(rng.choice(ensembles), spares=True):
+            node = self.world.bookie(name)
+            if node.bookie is not None:
+                self.until[name] = math.inf
+                self.stats["read_only_spells"] += 1
+                self.world.trace("bookie.read_only", f"{name} until the disks are freed")
+                await self._set(node.bookie, True)
 
     def spell(self, names: list[str], hold: float) -> None:
-        """Turn the running bookies of ``names`` read-only for ``hold`` seconds (inf: until
-        :meth:`free`)."""
+        """Turn the running bookies of ``names`` read-only for ``hold`` seconds."""
         if self.run.healed:
             return
         for name in names:
@@ -90,8 +96,7 @@ class ReadOnlySpells:
             self.stats["read_only_spells"] += 1
             self.world.trace("bookie.read_only", f"{name} for {hold:.3f}s")
             self._switch(node.bookie, True)
-            if math.isfinite(hold):
-                self.loop.call_later(hold, self._end, name, node.bookie)
+            self.loop.call_later(hold, self._end, name, node.bookie)
 
     def _end(self, name: str, bookie: Bookie) -> None:
         if self.until.get(name, 0.0) > self.loop.time() or self.world.bookie(name).bookie is not bookie:
@@ -112,13 +117,6 @@ class ReadOnlySpells:
     def read_only(self) -> set[str]:
         """The running bookies that are read-only now."""
         return {b.name for b in self.world.bookies if b.bookie is not None and b.bookie.read_only}
-
-    async def hold_until_freed(self) -> None:
-        """After the heal: the bookies of lasting spells that restarted are read-only again."""
-        for name, end in self.until.items():
-            node = self.world.bookie(name)
-            if math.isinf(end) and node.bookie is not None and not node.bookie.read_only:
-                await self._set(node.bookie, True)
 
     async def free(self) -> None:
         """The operator frees the disks: every bookie writable again."""

@@ -502,7 +502,6 @@ async def _scenario(run: _Run) -> None:
     await autorecovery.start()
     disks = DiskFaultSchedule(run)  # failed writes and flipped bits (ledgerstore.sim.diskfaults)
     disks.start()
-    run.read_only.start()
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, run.kinds)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -513,7 +512,6 @@ async def _scenario(run: _Run) -> None:
     await asyncio.sleep(d)
     inject.cancel()
     await run.heal()
-    await run.read_only.hold_until_freed()
     w.trace("healed")
     # let the writer's last adds settle (answered, failed or timed out) before judging them
     deadline = loop.time() + 120
@@ -524,7 +522,9 @@ async def _scenario(run: _Run) -> None:
         work.cancel()
     elif work.exception() is not None:
         run.violation(f"the writer failed on a healthy cluster: {work.exception()!r}")
-    for led in run.ledgers:  # with the lost bookies still down
+    await run.read_only.at_the_end([[b.split(":")[0] for b in led.handle.md.ensembles[-1][1]]
+                                    for led in run.ledgers if led.recovered is None])
+    for led in run.ledgers:  # with the lost bookies still down (and full disks still full)
         await _recover_at_the_end(run, recoverer, led)
     await run.replace_lost()
     await logs.finish()  # the log's final takeover and checks, before a bookie is wiped
