@@ -99,7 +99,8 @@ class ReadOnlySpells:
             self.loop.call_later(hold, self._end, name, node.bookie)
 
     def _end(self, name: str, bookie: Bookie) -> None:
-        if self.until.get(name, 0.0) > self.loop.time() or self.world.bookie(name).bookie is not bookie:
+        # (a margin for the rounding of the timer's time: a spell ends at the time it was set to)
+        if self.until.get(name, 0.0) > self.loop.time() + 1e-6 or self.world.bookie(name).bookie is not bookie:
             return  # a later spell holds it, or the process it hit is gone
         self.until.pop(name, None)
         self.world.trace("bookie.writable", name)
@@ -111,7 +112,7 @@ class ReadOnlySpells:
     async def _set(self, bookie: Bookie, read_only: bool) -> None:
         try:
             await bookie.set_read_only(read_only)
-        except LedgerStoreError as exc:  # its registration could not be written: the next check will
+        except LedgerStoreError as exc:  # switched, but its registration still shows the old state
             self.world.trace("bookie.read_only_failed", f"{bookie.bookie_id} {type(exc).__name__}")
 
     def read_only(self) -> set[str]:
