@@ -462,18 +462,21 @@ class _Run:
 
     def must_recover(self, md: LedgerMetadata) -> str | None:
         """Why the ledger of ``md`` must be recoverable with the lost bookies still down and the
-        read-only ones still read-only (None if it need not be): at most Qa−1 bookies of its last
-        fragment are lost, so every write quorum still has Qw−Qa+1 to fence, and a writable
-        bookie outside it can take each one's place (issue 14 item 2: recovery's write-back
-        replaces a bookie that does not answer); a read-only bookie is running and takes
-        recovery adds (item 6)."""
+        read-only ones still read-only (None if it need not be): at most Qa−1 bookies of any
+        fragment are lost, so every write quorum of the last one still has Qw−Qa+1 to fence and
+        every acknowledged entry a copy recovery can read back (it reads 0..LAC to learn the
+        length), and a writable bookie outside the last fragment can take each lost one's place
+        (issue 14 item 2: recovery's write-back replaces a bookie that does not answer); a
+        read-only bookie is running and takes recovery adds (item 6)."""
         read_only = self.read_only.read_only()
         if not self.lost and not read_only:
             return None
         ensemble = [b.split(":")[0] for b in md.ensembles[-1][1]]
         lost = [b for b in ensemble if b in self.lost]
         spares = [b for b in self.world.bookies if b.running and b.name not in ensemble and b.name not in read_only]
-        if len(lost) > md.ack_quorum - 1 or len(spares) < len(lost) or not (lost or read_only & set(ensemble)):
+        if any(sum(b.split(":")[0] in self.lost for b in bookies) > md.ack_quorum - 1 for _, bookies in md.ensembles):
+            return None
+        if len(spares) < len(lost) or not (lost or read_only & set(ensemble)):
             return None
         return (f"{lost} lost (Qa {md.ack_quorum}), {sorted(read_only & set(ensemble))} of its last fragment "
                 f"read-only, {len(spares)} writable spare bookies running")
