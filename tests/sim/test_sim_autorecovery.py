@@ -20,7 +20,7 @@ from ledgerstore.sim import run_seed
 from ledgerstore.sim.auditor import AutoRecovery
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.world import World
-from tests.sim._worlds import in_world
+from tests.sim._worlds import closed_ledger, in_world
 
 
 def setup_module() -> None:
@@ -60,11 +60,7 @@ def _wiped_bookie_run(seed: int, restart_after: float, delay: float,
                                                         replicas_check_interval_s=0.0))
         await world.start_bookies()
         await recovery.start()
-        writer = await world.client("writer").start()
-        lh = await writer.create_ledger(3, 3, 2, password=b"sim")
-        for i in range(20):
-            await lh.append(f"{i}".encode())
-        await lh.close()
+        lh = await closed_ledger(world, 20)
         await asyncio.sleep(2.0)  # the auditor has seen every bookie registered
         victim = world.bookie(lh.metadata.ensembles[0][1][0].split(":")[0])
         recovery.wipe(victim, restart_after)

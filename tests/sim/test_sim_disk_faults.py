@@ -8,7 +8,7 @@ import random
 from ledgerstore.sim import run_seed
 from ledgerstore.sim.disk import DiskFaults
 from ledgerstore.sim.world import World
-from tests.sim._worlds import in_world
+from tests.sim._worlds import closed_ledger, in_world
 
 
 def setup_module() -> None:
@@ -22,11 +22,7 @@ def teardown_module() -> None:
 def test_a_flipped_bit_fails_the_digest_and_the_entry_is_read_from_another_replica() -> None:
     async def scenario(world: World) -> tuple[list[bytes], int]:
         await world.start_bookies()
-        writer = await world.client("writer").start()
-        lh = await writer.create_ledger(3, 3, 2, password=b"sim")
-        for i in range(30):
-            await lh.append(f"entry {i}".encode())
-        await lh.close()
+        lh = await closed_ledger(world, 30, "entry {}")
         for b in world.bookies:  # every read of two of the three replicas comes back damaged
             if b.bookie_id != lh.metadata.ensembles[0][1][2]:
                 b.engine_disk.faults = DiskFaults(flip=1.0, rng=random.Random(1))
