@@ -529,8 +529,9 @@ def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:
 
 
 async def _one_add_per_call(client: Client, cluster: LocalCluster, plan: Plan, **kw: Any) -> dict[str, Any]:
-    """The same workload with ``append_async`` per entry (a future and a callback per add, as
-    BookKeeper's benchmark does): a detail beside the row, which uses ``plan.batch``."""
+    """The same workload with ``append_async`` per entry (a future per add, awaited in issue
+    order by one task of the application; BookKeeper's benchmark has a callback per add): a
+    detail beside the row, which uses ``plan.batch``."""
     cpu = CpuMeter(cluster)
     w = await run_writes(client, _write_opts(plan, batch=1, **kw))
     if w.errors:

@@ -1,5 +1,6 @@
 """Compile ledgerstore's optional hot path in place: ``core/ledgerstore/proto/_speedups.pyx`` (the
-codec's and the digest's per-entry loops) and ``plugins/ledgerstore_entrylog/_records.pyx`` (the
+codec's and the digest's per-entry loops), ``core/ledgerstore/client/_adds.pyx`` (a writer's
+pending adds and their in-order acknowledgement) and ``plugins/ledgerstore_entrylog/_records.pyx`` (the
 entry log's record headers, with core's C helpers).
 
 Run by ``scripts/setup.sh``. Needs Cython (the ``test`` extra) and a C compiler (Debian's gcc);
@@ -17,6 +18,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO = ROOT / "core" / "ledgerstore" / "proto"
+CLIENT = ROOT / "core" / "ledgerstore" / "client"
 ENTRYLOG = ROOT / "plugins" / "ledgerstore_entrylog"
 
 
@@ -27,6 +29,7 @@ def build() -> None:
     common: dict[str, Any] = {"include_dirs": [str(PROTO)], "depends": [str(PROTO / "_speedups_c.h")],
                               "extra_compile_args": ["-O2"]}
     exts = [Extension("ledgerstore.proto._speedups", [str(PROTO / "_speedups.pyx")], **common),
+            Extension("ledgerstore.client._adds", [str(CLIENT / "_adds.pyx")], extra_compile_args=["-O2"]),
             Extension("ledgerstore_entrylog._records", [str(ENTRYLOG / "_records.pyx")], **common)]
     modules = cythonize(exts, build_dir=str(ROOT / "build" / "cython"), quiet=True,
                         compiler_directives={"language_level": 3})
@@ -64,7 +67,8 @@ def main() -> int:
               "ledgerstore runs its pure-Python hot path (install gcc and python3-dev, then run "
               "scripts/setup.sh again)", file=sys.stderr)
     else:
-        print("setup: compiled hot path built (ledgerstore.proto._speedups, ledgerstore_entrylog._records)")
+        print("setup: compiled hot path built (ledgerstore.proto._speedups, ledgerstore.client._adds, "
+              "ledgerstore_entrylog._records)")
     return 0
 
 

@@ -26,6 +26,9 @@ from tests.unit.memory_bookies import MemoryContext, run_in_memory
 
 PW = b"pw"
 
+#: the writer runs on the compiled pending adds and codec, and on the pure-Python ones
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 
 async def new_ledger(ctx: MemoryContext, e: int = 3, qw: int = 3, qa: int = 2) -> LedgerHandle:
     lid = await ctx.ledgers.new_ledger_id()

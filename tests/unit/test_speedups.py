@@ -69,6 +69,8 @@ def test_the_compiled_module_is_in_use_when_built() -> None:
     assert Path(speedups.compiled.__file__) in BUILT  # type: ignore[attr-defined]
     assert RECORDS_BUILT, "core's hot path is built but not the entry log's"
     assert entrylog_format._compiled_record_heads is not None
+    from ledgerstore.client import adds
+    assert adds.compiled_available(), "core's hot path is built but not the writer's pending adds"
 
 
 @pytest.mark.parametrize("value", ["1", "yes"])
@@ -80,6 +82,18 @@ def test_the_environment_variable_forces_the_pure_python_path(value: str) -> Non
     env[speedups.PURE_PYTHON_ENV] = "0"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(not BUILT)
+
+
+@needs_compiled
+@given(ledger=eid, entry=eid, lac=st.integers(-1, 2**63 - 1), payload=st.binary(max_size=300))
+def test_one_signed_item_is_the_same_on_both_paths_and_as_a_batch_of_one(ledger: int, entry: int, lac: int,
+                                                                        payload: bytes) -> None:
+    dm = Crc32cDigest(ledger)
+    with _on(compiled):
+        fast = codec.item_signer(dm)(entry, lac, payload)
+    with _on(None):
+        pure = codec.item_signer(dm)(entry, lac, payload)
+    assert fast == pure == codec.add_batch_items(dm, entry, lac, [payload])[0]
 
 
 class _Recorder:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 
 from hdrh.histogram import HdrHistogram
 
@@ -26,6 +27,12 @@ class LatencyRecorder:
     def record(self, seconds: float) -> None:
         """Count one latency of ``seconds`` (clamped into the histogram's range)."""
         self._raw.append(seconds)
+        if len(self._raw) >= self.BUFFER:
+            self._fold()
+
+    def record_many(self, seconds: Iterable[float]) -> None:
+        """Count each latency of ``seconds``."""
+        self._raw.extend(seconds)
         if len(self._raw) >= self.BUFFER:
             self._fold()
 

@@ -9,6 +9,8 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 
+from ledgerstore.client import adds
+from ledgerstore.client.adds import PendingAdd
 from ledgerstore.client.bookie_client import status_error
 from ledgerstore.client.context import ClientContext
 from ledgerstore.client.metrics import CLIENT_METRICS
@@ -37,6 +39,7 @@ _BATCH_ENTRIES = 4096
 #: bytes a frame adds around one payload: frame and batch headers, the entry header, the
 #: largest digest (HMAC-SHA256), with room to spare
 _FRAME_OVERHEAD = 256
+_CLOSED = LedgerState.CLOSED
 
 
 class _Group:
@@ -45,7 +48,7 @@ class _Group:
     Bit ``i`` of ``acked`` is set once ensemble index ``i`` stored every entry of the group sent
     to it (a compact all-OK answer), so a whole frame is acknowledged without per-entry work.
     ``stale`` marks indexes whose bookie an ensemble change replaced: answers the old bookie
-    gives for them no longer count (the new bookie's count per entry, in ``_PendingAdd.acked``).
+    gives for them no longer count (the new bookie's count per entry, in ``PendingAdd.acked``).
     """
 
     __slots__ = ("acked", "stale", "ensemble")
@@ -56,35 +59,13 @@ class _Group:
         self.ensemble = ensemble
 
 
-class _PendingAdd:
-    """One add until it is acknowledged. ``item`` is the signed entry as an ADD_BATCH item
-    (entry id and length first), ready for any frame. ``acked`` and ``failed`` are bit sets of
-    ensemble indexes (per-entry answers; group-wide ones are in ``group.acked``); ``ensemble`` is
-    the bookie list the entry was last sent to (None: not sent yet)."""
-
-    __slots__ = ("entry_id", "item", "future", "group", "wsmask", "acked", "failed", "ensemble", "done", "started")
-
-    def __init__(self, entry_id: int, item: bytes, future: asyncio.Future[int] | None, wsmask: int) -> None:
-        self.entry_id = entry_id
-        self.item = item
-        self.future = future
-        self.group: _Group | None = None
-        self.wsmask = wsmask
-        self.acked = 0
-        self.failed = 0
-        self.ensemble: list[str] | None = None
-        self.done = False
-        #: perf_counter() of the append whose future this add carries (0: none; add latency metric)
-        self.started = 0.0
-
-
 class LedgerHandle(ReadHandle):
     """The single writer of a ledger."""
 
     def __init__(self, ctx: ClientContext, md: LedgerMetadata, password: bytes) -> None:
         super().__init__(ctx, md, password)
         self._next_entry_id = 0
-        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._pending: collections.deque[PendingAdd] = collections.deque()
         self._error: LedgerStoreError | None = None
         self._closing = False
         self._changing = False
@@ -96,12 +77,19 @@ class LedgerHandle(ReadHandle):
         self._space.set()
         self._ensemble_task: asyncio.Task[None] | None = None
         #: new adds not sent yet (they leave together at the end of the loop iteration)
-        self._unsent: list[_PendingAdd] = []
+        self._unsent: list[PendingAdd] = []
         #: resends of single entries to single bookies: (bookie, ensemble index) -> adds
-        self._resends: dict[tuple[str, int], list[_PendingAdd]] = {}
+        self._resends: dict[tuple[str, int], list[PendingAdd]] = {}
         self._flush_scheduled = False
-        self._ws_md: LedgerMetadata | None = None
-        self._ws_masks: list[int] = []
+        #: write-set bit masks by ``entry_id % ensemble_size`` (striping never changes in a ledger)
+        self._ws_masks = [sum(1 << i for i in md.write_set(e)) for e in range(md.ensemble_size)]
+        #: largest payload that fits one frame with its headers and digest
+        self._payload_max = ctx.config.max_frame_size - _FRAME_OVERHEAD - len(self.master_key)
+        self._max_outstanding = ctx.config.max_outstanding_adds
+        #: the pending-add class and the in-order acknowledgement loop (compiled when built)
+        self._new_add, self._pop_acknowledged = adds.implementation()
+        #: signs one payload as an ADD_BATCH item: ``(entry_id, lac, payload) -> item``
+        self._sign_one = codec.item_signer(self.digest)
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
         self.ack_observer: Callable[[int, str], None] | None = None
 
@@ -116,7 +104,7 @@ class LedgerHandle(ReadHandle):
 
     def _max_payload(self) -> int:
         """Largest payload that fits one frame with its headers and digest."""
-        return self.ctx.config.max_frame_size - _FRAME_OVERHEAD - len(self.master_key)
+        return self._payload_max
 
     def _too_large(self, size: int) -> InvalidArgumentError:
         return InvalidArgumentError(
@@ -124,39 +112,44 @@ class LedgerHandle(ReadHandle):
             f"bytes (at most {self._max_payload()} bytes of payload); nothing was sent and the ledger "
             "handle stays usable")
 
-    def _masks(self) -> list[int]:
-        """Write-set bit masks by ``entry_id % ensemble_size`` (recomputed when metadata changes)."""
-        md = self.md
-        if self._ws_md is not md:
-            self._ws_masks = [sum(1 << i for i in md.write_set(e)) for e in range(md.ensemble_size)]
-            self._ws_md = md
-        return self._ws_masks
-
     def append_async(self, payload: bytes) -> asyncio.Future[int]:
         """Queue an add; the future resolves to the entry id once Qa bookies acknowledged it and
         every earlier entry was acknowledged. Must be called on the client's event loop."""
         fut: asyncio.Future[int] = self.ctx.loop.create_future()
-        refusal = self._refusal()
-        if refusal is not None:
-            fut.set_exception(refusal)
-            return fut
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            fut.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
-            return fut
-        if len(payload) > self._max_payload():
-            fut.set_exception(self._too_large(len(payload)))
-            return fut
+        if (type(payload) is not bytes or self._error is not None or self._closing
+                or len(payload) > self._payload_max or self.md.state is _CLOSED):
+            error = self._append_refusal(payload)
+            if error is not None:
+                fut.set_exception(error)
+                return fut
+            payload = bytes(payload)
         eid = self._next_entry_id
         self._next_entry_id = eid + 1
-        masks = self._masks()
-        pa = _PendingAdd(eid, codec.add_batch_items(self.digest, eid, self._lac, (bytes(payload),))[0], fut,
-                         masks[eid % len(masks)])
-        pa.started = perf_counter()
-        self._pending.append(pa)
+        masks = self._ws_masks
+        pa = self._new_add(eid, self._sign_one(eid, self._lac, payload), fut, masks[eid % len(masks)], perf_counter())
+        pending = self._pending
+        pending.append(pa)
         self._unsent.append(pa)
         self._length += len(payload)
-        self._queued()
+        if len(pending) == 1:
+            self._drained.clear()
+        if len(pending) >= self._max_outstanding > 0:
+            self._space.clear()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.ctx.loop.call_soon(self._flush)
         return fut
+
+    def _append_refusal(self, payload: object) -> LedgerStoreError | None:
+        """Why ``append_async`` refuses ``payload`` (None: it does not)."""
+        refusal = self._refusal()
+        if refusal is not None:
+            return refusal
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            return InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
+        if len(payload) > self._payload_max:
+            return self._too_large(len(payload))
+        return None
 
     def append_many_async(self, payloads: Sequence[bytes]) -> asyncio.Future[int]:
         """Queue many adds at once; the future resolves to the entry id of the last one once all
@@ -192,9 +185,10 @@ class LedgerHandle(ReadHandle):
         """Queue signed ``items`` (of ``length`` payload bytes) as the next entries; ``fut`` goes
         with the last one."""
         eid = self._next_entry_id
-        masks = self._masks()
+        masks = self._ws_masks
         e_size = len(masks)
-        pas = [_PendingAdd(e, d, None, masks[e % e_size]) for e, d in enumerate(items, eid)]
+        new = self._new_add
+        pas = [new(e, d, None, masks[e % e_size]) for e, d in enumerate(items, eid)]
         pas[-1].future = fut
         pas[-1].started = perf_counter()
         self._pending.extend(pas)
@@ -224,7 +218,7 @@ class LedgerHandle(ReadHandle):
             await self._space.wait()
         return await self.append_many_async(payloads)
 
-    def _send(self, pa: _PendingAdd, only: set[int] | None = None) -> None:
+    def _send(self, pa: PendingAdd, only: set[int] | None = None) -> None:
         """Queue ``pa`` again for (some of) its write set's bookies in its fragment's ensemble;
         such resends leave as per-bookie batches at the end of the loop iteration."""
         md = self.md
@@ -261,7 +255,7 @@ class LedgerHandle(ReadHandle):
                     body = codec.add_batch_body_of_items(self.ledger_id, self.master_key, [pa.item for pa in chunk])
                     self._send_frame(bid, idx, chunk, None, body)
 
-    def _chunks(self, pas: list[_PendingAdd]) -> Iterator[list[_PendingAdd]]:
+    def _chunks(self, pas: list[PendingAdd]) -> Iterator[list[PendingAdd]]:
         """Consecutive slices of ``pas`` that fit one frame (entries and bytes)."""
         limit = self.ctx.config.max_frame_size // 2
         start = 0
@@ -275,7 +269,7 @@ class LedgerHandle(ReadHandle):
             yield pas[start:end]
             start = end
 
-    def _send_group(self, pas: list[_PendingAdd]) -> None:
+    def _send_group(self, pas: list[PendingAdd]) -> None:
         md = self.md
         ensemble = md.current_ensemble
         group = _Group(ensemble)
@@ -289,7 +283,7 @@ class LedgerHandle(ReadHandle):
             for idx, bid in enumerate(ensemble):
                 self._send_frame(bid, idx, pas, group, body)
             return
-        per_idx: list[list[_PendingAdd]] = [[] for _ in range(e_size)]
+        per_idx: list[list[PendingAdd]] = [[] for _ in range(e_size)]
         for pa in pas:
             for idx in md.write_set(pa.entry_id):
                 per_idx[idx].append(pa)
@@ -298,12 +292,12 @@ class LedgerHandle(ReadHandle):
                 body = codec.add_batch_body_of_items(lid, key, [pa.item for pa in per_idx[idx]])
                 self._send_frame(bid, idx, per_idx[idx], group, body)
 
-    def _send_frame(self, bid: str, idx: int, pas: list[_PendingAdd], group: _Group | None, body: bytes) -> None:
+    def _send_frame(self, bid: str, idx: int, pas: list[PendingAdd], group: _Group | None, body: bytes) -> None:
         self.ctx.bookie_client.add_batch(bid, body,
                                          lambda resp, exc: self._on_batch_response(pas, idx, bid, group, resp, exc),
                                          self.ctx.config.add_timeout_s)
 
-    def _on_batch_response(self, pas: list[_PendingAdd], idx: int, bid: str, group: _Group | None,
+    def _on_batch_response(self, pas: list[PendingAdd], idx: int, bid: str, group: _Group | None,
                            resp: codec.Response | None, exc: BaseException | None) -> None:
         observer = self.ack_observer
         if isinstance(resp, codec.AddBatchResponse) and resp.status == Status.OK and resp.count == len(pas):
@@ -325,7 +319,7 @@ class LedgerHandle(ReadHandle):
                                 observer(pa.entry_id, bid)
                 self._complete()
                 return
-            throttled: list[_PendingAdd] = []
+            throttled: list[PendingAdd] = []
             for pa, item in zip(pas, resp.items, strict=True):
                 if pa.done or pa.ensemble is None or pa.ensemble[idx] != bid:
                     continue  # late answer for an acknowledged entry, or from a replaced bookie
@@ -352,14 +346,14 @@ class LedgerHandle(ReadHandle):
                 if self._error is not None:
                     return
 
-    def _resend_throttled(self, pas: list[_PendingAdd], idx: int, bid: str) -> None:
+    def _resend_throttled(self, pas: list[PendingAdd], idx: int, bid: str) -> None:
         if self._error is not None:
             return
         for pa in pas:
             if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
                 self._send(pa, only={idx})
 
-    def _add_failed(self, pa: _PendingAdd, idx: int, bid: str, status: int | None, exc: BaseException | None) -> None:
+    def _add_failed(self, pa: PendingAdd, idx: int, bid: str, status: int | None, exc: BaseException | None) -> None:
         if status == Status.FENCED:
             self._fail_all(LedgerFencedError(
                 f"ledger {self.ledger_id} was fenced (recovery by another client); entries from "
@@ -383,23 +377,12 @@ class LedgerHandle(ReadHandle):
         if self._changing:
             return
         q = self._pending
-        aq = self.md.ack_quorum
-        popleft = q.popleft
-        while q:
-            pa = q[0]
-            g = pa.group
-            if ((pa.acked | g.acked) & pa.wsmask if g is not None else pa.acked).bit_count() < aq:
-                break
-            popleft()
-            pa.done = True
-            self._lac = pa.entry_id
-            fut = pa.future
-            if fut is not None and not fut.done():
-                fut.set_result(pa.entry_id)
-                CLIENT_METRICS.add_seconds.observe(perf_counter() - pa.started)
+        last = self._pop_acknowledged(q, self.md.ack_quorum, CLIENT_METRICS.add_seconds)
+        if last >= 0:
+            self._lac = last
         if not q:
             self._drained.set()
-        if not self._space.is_set() and len(q) < self.ctx.config.max_outstanding_adds:
+        if not self._space.is_set() and len(q) < self._max_outstanding:
             self._space.set()
 
     def _fail_all(self, error: LedgerStoreError) -> None:

@@ -63,34 +63,44 @@ def crc32c_portable(data, uint32_t value=0):
         PyBuffer_Release(&view)
 
 
+cdef bytes _crc32c_item(uint64_t ledger_id, uint64_t eid, int64_t lac, payload):
+    """One ADD_BATCH item: u64 entry, u32 length, the entry header, its CRC32C and the payload."""
+    cdef Py_buffer view
+    cdef unsigned char *p
+    cdef bytes item
+    cdef Py_ssize_t n
+    PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+    try:
+        n = view.len
+        item = PyBytes_FromStringAndSize(NULL, 40 + n)
+        p = <unsigned char *>PyBytes_AS_STRING(item)
+        ls_put_u64(p, eid)
+        ls_put_u32(p + 8, <uint32_t>(CRC_HEADER + n))
+        ls_put_u64(p + 12, ledger_id)
+        ls_put_u64(p + 20, eid)
+        ls_put_u64(p + 28, <uint64_t>lac)
+        ls_put_u32(p + 36, ls_crc32c(ls_crc32c(0, p + 12, ENTRY_HEADER), view.buf, <size_t>n))
+        if n:
+            memcpy(p + 40, view.buf, <size_t>n)
+    finally:
+        PyBuffer_Release(&view)
+    return item
+
+
 def crc32c_batch_items(uint64_t ledger_id, uint64_t first_entry_id, int64_t lac, payloads):
     """Sign ``payloads`` with CRC32C as consecutive entries and frame each as an ADD_BATCH item:
     the CRC32C branch of ``codec.add_batch_items``."""
     cdef list out = []
-    cdef Py_buffer view
     cdef uint64_t eid = first_entry_id
-    cdef unsigned char *p
-    cdef bytes item
-    cdef Py_ssize_t n
     for payload in payloads:
-        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-        try:
-            n = view.len
-            item = PyBytes_FromStringAndSize(NULL, 40 + n)
-            p = <unsigned char *>PyBytes_AS_STRING(item)
-            ls_put_u64(p, eid)
-            ls_put_u32(p + 8, <uint32_t>(CRC_HEADER + n))
-            ls_put_u64(p + 12, ledger_id)
-            ls_put_u64(p + 20, eid)
-            ls_put_u64(p + 28, <uint64_t>lac)
-            ls_put_u32(p + 36, ls_crc32c(ls_crc32c(0, p + 12, ENTRY_HEADER), view.buf, <size_t>n))
-            if n:
-                memcpy(p + 40, view.buf, <size_t>n)
-        finally:
-            PyBuffer_Release(&view)
-        out.append(item)
+        out.append(_crc32c_item(ledger_id, eid, lac, payload))
         eid += 1
     return out
+
+
+def crc32c_item(uint64_t ledger_id, uint64_t entry_id, int64_t lac, payload):
+    """One entry of :func:`crc32c_batch_items`: the CRC32C branch of ``codec.item_signer``."""
+    return _crc32c_item(ledger_id, entry_id, lac, payload)
 
 
 def add_batch_entries(bytes frame, Py_ssize_t pos, Py_ssize_t count):

@@ -21,6 +21,7 @@ hot paths (a writer's ADD_BATCH framing, a bookie's answers).
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -516,6 +517,18 @@ def add_batch_items(digest: DigestManager, first_entry_id: int, lac: int, payloa
         return out
     pack = _BATCH_ITEM.pack
     return [pack(e, len(d)) + d for e, d in enumerate(digest.sign_many(first_entry_id, lac, payloads), first_entry_id)]
+
+
+def item_signer(digest: DigestManager) -> Callable[[int, int, bytes], bytes]:
+    """A function ``(entry_id, lac, payload) -> item``: :func:`add_batch_items` of one payload
+    (a writer's ``append_async``), bound to ``digest`` and to the hot path selected now."""
+    fast = speedups.compiled
+    if type(digest) is Crc32cDigest and fast is not None:
+        return functools.partial(fast.crc32c_item, digest.ledger_id)
+
+    def sign(entry_id: int, lac: int, payload: bytes) -> bytes:
+        return add_batch_items(digest, entry_id, lac, (payload,))[0]
+    return sign
 
 
 def add_batch_body_of_items(ledger_id: int, master_key: bytes, items: Sequence[bytes]) -> bytes:
