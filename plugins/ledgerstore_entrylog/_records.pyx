@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled per-entry work of the entry log's batch append (built by scripts/setup.sh):
-``format.record_heads``'s loop, with the same tuples, bytes and errors."""
+``format.record_heads``'s loop, with the same tuples, bytes and errors, and the common case of
+``EntryLogStorage.add_entries``'s loop (``append_run``), with the same bytes and index slots."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -19,6 +20,9 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
 
 ls_crc32c_init()
+
+cdef enum:
+    LOG_HEADER_SIZE = 16  # format.LOG_HEADER_SIZE
 
 
 def record_heads(uint64_t ledger_id, entries):
@@ -47,3 +51,35 @@ def record_heads(uint64_t ledger_id, entries):
         finally:
             PyBuffer_Release(&view)
     return out
+
+
+def append_run(list records, Py_ssize_t i, bytearray buf not None, long long size, long long limit, Py_ssize_t wbs,
+               unsigned long long base, long long spp, long long cur_no, slots, long long last):
+    """The common case of ``EntryLogStorage.add_entries``'s loop, from ``records[i]`` on: append
+    each record (a ``record_heads`` tuple) to ``buf`` and point its slot of ``slots`` (index page
+    ``cur_no``) at it, while the record stays on that page, fits the log's ``limit`` and leaves
+    ``buf`` under ``wbs``. Stops before the first record that needs more (a roll, a buffer write,
+    another page), which the Python loop then takes; returns ``(i, size, last)`` there."""
+    cdef unsigned long long[::1] s = slots
+    cdef Py_ssize_t n = len(records)
+    cdef Py_ssize_t blen = len(buf)
+    cdef tuple r
+    cdef long long eid, rec, page_no
+    while i < n:
+        r = <tuple>records[i]
+        eid = r[0]
+        rec = r[3]
+        if size + rec > limit and size > LOG_HEADER_SIZE:
+            break
+        page_no = eid // spp
+        if page_no != cur_no or blen + rec >= wbs:
+            break
+        buf += <bytes>r[1]
+        buf += r[2]
+        s[eid - page_no * spp] = (base | <unsigned long long>size) + 1
+        size += rec
+        blen += rec
+        if eid > last:
+            last = eid
+        i += 1
+    return i, size, last

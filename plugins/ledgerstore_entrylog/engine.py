@@ -58,6 +58,7 @@ from ledgerstore_entrylog.format import (
     RECORD_HEADER_SIZE,
     RECORD_IDS,
     RECORD_LEN_CRC,
+    append_run,
     decode_ledger_map,
     encode_ledger_map,
     parse_log_file_name,
@@ -571,14 +572,22 @@ class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
             # appending to lg, so size - segment is what lg's ledger map has yet to count.
             size = segment = lg.size
             last = led.last
-            stored = 0
             # The index page the previous entry went to. While entries stay on it, its slots
             # are set directly: set_slot already made it dirty and cached it, and nothing can
             # clean or evict it before the lock is released, except our own set_slot calls.
             cur_no = -1
             slots = None
+            fast = append_run()
+            n = len(records)
+            i = 0
             try:
-                for entry_id, head, data, rec in records:
+                while i < n:
+                    if fast is not None and slots is not None:
+                        # the common case, compiled: same page, no roll, no buffer write
+                        i, size, last = fast(records, i, lg.buf, size, limit, wbs, base, spp, cur_no, slots, last)
+                        if i == n:
+                            break
+                    entry_id, head, data, rec = records[i]
                     if size + rec > limit and size > LOG_HEADER_SIZE:
                         # The finished log's ledger map is written by _roll: count its bytes first.
                         if size > segment:
@@ -608,12 +617,12 @@ class EntryLogStorage(Reads, WriteBack, Compaction, LedgerCache, StorageEngine):
                     size += rec
                     if entry_id > last:
                         last = entry_id
-                    stored += 1
+                    i += 1
             finally:
                 if size > segment:
                     lg.account(ledger_id, size - segment)
                 led.last = last
-                self._entries_written += stored
+                self._entries_written += i
 
     # --- statistics ------------------------------------------------------------------------------
 

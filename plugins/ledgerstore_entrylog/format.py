@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,11 @@ from ledgerstore.errors import BookieIOError, InvalidArgumentError
 from ledgerstore.proto import speedups
 
 try:  # compiled by scripts/setup.sh; it runs whenever core's compiled hot path does
+    from ledgerstore_entrylog._records import append_run as _compiled_append_run
     from ledgerstore_entrylog._records import record_heads as _compiled_record_heads
 except ImportError:
     _compiled_record_heads = None
+    _compiled_append_run = None
 
 __all__ = [
     "LOG_HEADER_SIZE",
@@ -89,6 +91,19 @@ def record_heads(ledger_id: int, entries: Iterable[tuple[int, Any]]) -> list[tup
         n = len(data)
         append((entry_id, pack_head(n, crc32c(data, crc32c(ids))) + ids, data, RECORD_HEADER_SIZE + n))
     return records
+
+
+#: ``append_run(records, i, buf, size, limit, wbs, base, spp, cur_no, slots, last) -> (i, size, last)``
+AppendRun = Callable[[list[tuple[int, bytes, Any, int]], int, bytearray, int, int, int, int, int, int, array, int],
+                     tuple[int, int, int]]
+
+
+def append_run() -> AppendRun | None:
+    """The compiled common case of the engine's batch append loop (``_records.append_run``), or
+    None when the pure-Python loop runs (not built, or ``ledgerstore.proto.speedups`` says so)."""
+    if _compiled_append_run is not None and speedups.compiled is not None:
+        return _compiled_append_run  # type: ignore[no-any-return]
+    return None
 
 
 def encode_log_header(log_id: int) -> bytes:
