@@ -137,6 +137,32 @@ def uptime() -> str:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def dirty_mb() -> float:
+    """Page cache waiting to be written to disk (``Dirty`` + ``Writeback`` of /proc/meminfo), MB."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith(("Dirty:", "Writeback:")):
+                    total += int(line.split()[1])
+    except OSError:
+        return 0.0
+    return total / 1024
+
+
+def quiet_disk(limit_mb: float = 32.0, timeout: float = 60.0) -> dict[str, float]:
+    """Write out the page cache (``sync``) and wait until less than ``limit_mb`` of it is dirty,
+    so a run does not start while the disk still writes the previous run's files (whose write-back
+    would land in the latency row). Returns what it found and how long it waited."""
+    before = dirty_mb()
+    t0 = time.perf_counter()
+    os.sync()
+    while dirty_mb() >= limit_mb and time.perf_counter() - t0 < timeout:
+        time.sleep(0.2)
+    return {"dirty_mb_before": round(before, 1), "dirty_mb_after": round(dirty_mb(), 1),
+            "waited_s": round(time.perf_counter() - t0, 2)}
+
+
 def rss_mb(pid: int) -> float:
     """Resident set size of process ``pid`` in MB (10^6 bytes), from /proc."""
     with open(f"/proc/{pid}/status") as fh:
@@ -692,6 +718,7 @@ def run(plan: Plan) -> dict[str, Any]:
     for r in rows.values():
         if not plan.wants(r.key) and r.key not in needed:
             r.skipped = "not run (--only)"
+    extra["quiet_disk_before_run"] = quiet_disk()
     with tempfile.TemporaryDirectory(prefix="ledgerstore-perf-") as tmp:
         if plan.wants("latency_10k", "write_100b_e3", "read_seq_100b", "vs_redis", "write_1kb_e3"):
             cluster = LocalCluster(Path(tmp) / "three", bookies=3, port_base=None, storage=plan.storage)

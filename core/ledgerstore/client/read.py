@@ -118,7 +118,7 @@ class ReadHandle:
             for e, entry in zip(missing, await asyncio.gather(*(self.read_entry(e) for e in missing)), strict=True):
                 got[e] = entry
         CLIENT_METRICS.read_seconds.observe(perf_counter() - started)
-        return [got[e] for e in range(first, last + 1)]
+        return list(map(got.__getitem__, range(first, last + 1)))
 
     async def iter_entries(self, first: int = 0, last: int | None = None, batch: int = 1000,
                            read_ahead: int = 1) -> AsyncIterator[Entry]:
