@@ -4,6 +4,7 @@ values and errors on random inputs, and is the one in use whenever it is built."
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -94,6 +95,29 @@ def test_one_signed_item_is_the_same_on_both_paths_and_as_a_batch_of_one(ledger:
     with _on(None):
         pure = codec.item_signer(dm)(entry, lac, payload)
     assert fast == pure == codec.add_batch_items(dm, entry, lac, [payload])[0]
+
+
+def _signed(ledger: int, entry: int, lac: int, tail: bytes) -> bytes:
+    return struct.pack(">QQq", ledger, entry, lac) + tail
+
+
+batch_entries = st.lists(
+    st.tuples(eid, st.integers(-1, 2**63 - 1), st.binary(max_size=8), st.sampled_from(["ok", "short", "ledger", "id"])),
+    max_size=12)
+
+
+@needs_compiled
+@given(ledger=u64, spec=batch_entries)
+def test_a_batchs_highest_lac_and_its_malformed_entries_are_the_same_on_both_paths(
+        ledger: int, spec: list[tuple[int, int, bytes, str]]) -> None:
+    entries = []
+    for e, lac, tail, kind in spec:
+        raw = _signed(ledger if kind != "ledger" else (ledger + 1) % 2**64, e if kind != "id" else e + 1, lac, tail)
+        entries.append((e, raw[:23] if kind == "short" else raw))
+    fast, pure = _both(lambda: codec.batch_max_lac(ledger, entries))
+    assert fast == pure
+    expect = None if any(k != "ok" for *_, k in spec) else max((lac for _, lac, _, _ in spec), default=-1)
+    assert pure == expect
 
 
 class _Recorder:

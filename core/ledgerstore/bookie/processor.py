@@ -39,7 +39,7 @@ from ledgerstore.latency import LatencyHistogram
 from ledgerstore.meta.ledgers import LedgerManager
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
-from ledgerstore.proto.digest import ENTRY_HEADER, master_key, parse_entry_header
+from ledgerstore.proto.digest import master_key, parse_entry_header
 from ledgerstore.stalls import peaks
 
 log = logging.getLogger(__name__)
@@ -376,21 +376,8 @@ class RequestProcessor:
             return
         assert self.engine is not None and self.journal is not None
         # every signed entry must name this ledger and the id it is sent under
-        unpack = ENTRY_HEADER.unpack_from
-        hsize = ENTRY_HEADER.size
-        max_lac = -1
-        bad = False
-        for eid, entry in entries:
-            if len(entry) < hsize:
-                bad = True
-                break
-            hl, he, lac = unpack(entry)
-            if hl != lid or he != eid:
-                bad = True
-                break
-            if lac > max_lac:
-                max_lac = lac
-        if bad or not req.raw_entries:
+        max_lac = codec.batch_max_lac(lid, entries)
+        if max_lac is None or not req.raw_entries:
             self._add_batch_each(conn, req, inflight)
             return
         try:

@@ -103,6 +103,31 @@ def crc32c_item(uint64_t ledger_id, uint64_t entry_id, int64_t lac, payload):
     return _crc32c_item(ledger_id, entry_id, lac, payload)
 
 
+def batch_max_lac(uint64_t ledger_id, entries):
+    """The highest LAC of an ADD_BATCH's signed entries, or None for a malformed one: the loop of
+    ``codec.batch_max_lac``."""
+    cdef int64_t max_lac = -1, lac
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef bint ok
+    for eid, entry in entries:
+        PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
+        try:
+            p = <const unsigned char *>view.buf
+            ok = view.len >= ENTRY_HEADER and ls_get_u64(p) == ledger_id and 0 <= eid <= 0xFFFFFFFFFFFFFFFF
+            if ok:
+                ok = ls_get_u64(p + 8) == <uint64_t>eid
+            if ok:
+                lac = <int64_t>ls_get_u64(p + 16)
+        finally:
+            PyBuffer_Release(&view)
+        if not ok:
+            return None
+        if lac > max_lac:
+            max_lac = lac
+    return max_lac
+
+
 def add_batch_entries(bytes frame, Py_ssize_t pos, Py_ssize_t count):
     """The ``(entry id, signed entry)`` items of an ADD_BATCH request's entry section, which
     starts at ``pos`` and must end the frame: the loop of ``AddBatchRequest.decode``."""
