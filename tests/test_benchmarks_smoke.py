@@ -123,3 +123,15 @@ def test_only_runs_the_rows_a_chosen_row_needs(tmp_path: Path) -> None:
     # the read row reads the ledger the 100 B row writes: both ran, nothing else did
     assert {k for k, r in rows.items() if r["skipped"] is None} == {"write_100b_e3", "read_seq_100b"}
     assert rows["read_seq_100b"]["details"]["entries"] == rows["write_100b_e3"]["details"]["entries"] == 2000
+
+
+def test_the_client_add_path_benchmark_reports_every_mode_on_both_paths() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_add_path.py"), "--adds", "3000",
+                           "--runs", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("µs per add, 3,000 adds")
+    modes = ("library only", "a done-callback per add", "awaited in order (run_writes)")
+    for path in ("pure Python",) + (("compiled",) if "not built" not in proc.stdout else ()):
+        for mode in modes:
+            assert any(line.strip().startswith(path) and mode in line for line in lines), (path, mode, lines)

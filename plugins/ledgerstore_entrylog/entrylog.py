@@ -26,6 +26,7 @@ from ledgerstore_entrylog.format import (
     LOG_HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
+    cut_records,
     decode_log_header,
     encode_log_header,
     log_file_name,
@@ -226,6 +227,16 @@ class EntryLog:
         except OSError:
             # Each record's own read then reports the failure with its file, offset and ids.
             raw = b""
+        fast = cut_records()
+        if fast is not None and type(raw) is bytes:
+            nbytes, rest = fast(raw, start, ledger_id, wanted, results)
+            for loc, entry_id, pos, what in rest:
+                offset = loc & 0xFFFFFFFF
+                if what is not None:
+                    results[pos] = self._damaged(offset, ledger_id, entry_id, what)
+                else:
+                    nbytes += self._read_alone(offset, ledger_id, entry_id, results, pos)
+            return nbytes
         view = memoryview(raw)
         avail = len(raw)
         hs = RECORD_HEADER_SIZE
@@ -252,16 +263,21 @@ class EntryLog:
                             results[pos] = raw[rel + hs : end]
                             nbytes += dlen
                         continue
-                try:
-                    data = self.read_record(offset, ledger_id, entry_id)
-                except BookieIOError as exc:
-                    results[pos] = exc
-                else:
-                    results[pos] = data
-                    nbytes += len(data)
+                nbytes += self._read_alone(offset, ledger_id, entry_id, results, pos)
         finally:
             view.release()
         return nbytes
+
+    def _read_alone(self, offset: int, ledger_id: int, entry_id: int, results: list[Any], pos: int) -> int:
+        """``results[pos]`` = :meth:`read_record` of a record a window did not hold entirely (or
+        its BookieIOError); returns the bytes of data read."""
+        try:
+            data = self.read_record(offset, ledger_id, entry_id)
+        except BookieIOError as exc:
+            results[pos] = exc
+            return 0
+        results[pos] = data
+        return len(data)
 
 
 class ScannedRecord:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,12 @@ from ledgerstore.proto import speedups
 
 try:  # compiled by scripts/setup.sh; it runs whenever core's compiled hot path does
     from ledgerstore_entrylog._records import append_run as _compiled_append_run
+    from ledgerstore_entrylog._records import cut_records as _compiled_cut_records
     from ledgerstore_entrylog._records import record_heads as _compiled_record_heads
 except ImportError:
     _compiled_record_heads = None
     _compiled_append_run = None
+    _compiled_cut_records = None
 
 __all__ = [
     "LOG_HEADER_SIZE",
@@ -103,6 +105,19 @@ def append_run() -> AppendRun | None:
     None when the pure-Python loop runs (not built, or ``ledgerstore.proto.speedups`` says so)."""
     if _compiled_append_run is not None and speedups.compiled is not None:
         return _compiled_append_run  # type: ignore[no-any-return]
+    return None
+
+
+#: ``cut_records(raw, start, ledger_id, wanted, results) -> (bytes cut, rest)``
+CutRecords = Callable[[bytes, int, int, Sequence[tuple[int, int, int]], list[Any]],
+                      tuple[int, list[tuple[int, int, int, str | None]]]]
+
+
+def cut_records() -> CutRecords | None:
+    """The compiled loop of ``EntryLog.read_window`` (``_records.cut_records``), or None when the
+    pure-Python loop runs (not built, or ``ledgerstore.proto.speedups`` says so)."""
+    if _compiled_cut_records is not None and speedups.compiled is not None:
+        return _compiled_cut_records  # type: ignore[no-any-return]
     return None
 
 

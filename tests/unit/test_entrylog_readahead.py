@@ -19,6 +19,9 @@ from ledgerstore_entrylog import EntryLogStorage
 
 RECORD_HEADER = 24
 
+# every test here runs on the compiled window loop (``_records.cut_records``) and the pure-Python one
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 
 def payload(ledger_id: int, entry_id: int, size: int | None = None) -> bytes:
     if size is None:
