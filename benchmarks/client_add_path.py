@@ -12,7 +12,9 @@ Usage::
 
 Each mode runs ``--runs`` times in a fresh event loop (uvloop when installed); the output is the
 min / median / max of the microseconds per add. The pure-Python figures come from a child
-process with ``LEDGERSTORE_PURE_PYTHON=1``.
+process with ``LEDGERSTORE_PURE_PYTHON=1``. To measure an older checkout (its hot path built
+with its ``scripts/build_speedups.py``), put its ``core`` first: ``PYTHONPATH=OLD/core python
+benchmarks/client_add_path.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from ledgerstore.bench.workload import _Acks, _InOrder
+from ledgerstore.bench.workload import _Acks
+
+try:
+    from ledgerstore.bench.workload import _InOrder
+except ImportError:  # an older ledgerstore (PYTHONPATH=OLD_CHECKOUT/core): that mode is left out
+    _InOrder = None
 from ledgerstore.client.ledger import LedgerHandle
 from ledgerstore.config import ClientConfig
 from ledgerstore.meta.ledgers import LedgerMetadata
@@ -73,7 +80,8 @@ async def library_only(n: int) -> float:
             if len(futs) >= THROTTLE:
                 await futs[-1]
                 futs = []
-    await futs[-1]
+    if futs:
+        await futs[-1]
     return (time.perf_counter() - t0) / n * 1e6
 
 
@@ -134,6 +142,8 @@ def measure(adds: int, runs: int) -> dict[str, dict[str, float]]:
     tune_gc()
     out = {}
     for name, fn in MODES.items():
+        if fn is awaited_in_order and _InOrder is None:
+            continue
         vals = sorted(asyncio.run(fn(adds)) for _ in range(runs))
         out[name] = {"min": round(vals[0], 3), "median": round(statistics.median(vals), 3), "max": round(vals[-1], 3)}
     return out
@@ -155,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         env = dict(os.environ, **{speedups.PURE_PYTHON_ENV: "1" if pure else "0"})
         res = subprocess.run([sys.executable, __file__, "--json", "--adds", str(args.adds), "--runs", str(args.runs)],
-                             env=env, capture_output=True, text=True, check=True)
+                             env=env, capture_output=True, text=True)
+        if res.returncode:
+            print(f"the {label} run failed:\n{res.stderr}", file=sys.stderr)
+            return 1
         paths[label] = json.loads(res.stdout)
     print(f"µs per add, {args.adds:,} adds of 100 B, E=3 Qw=3 Qa=2, instant bookies; min / median / max of {args.runs}")
     for label, modes in paths.items():

@@ -126,11 +126,11 @@ def test_only_runs_the_rows_a_chosen_row_needs(tmp_path: Path) -> None:
 
 
 def test_the_client_add_path_benchmark_reports_every_mode_on_both_paths() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_add_path.py"), "--adds", "3000",
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_add_path.py"), "--adds", "20000",
                            "--runs", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("µs per add, 3,000 adds")
+    assert lines[0].startswith("µs per add, 20,000 adds")
     modes = ("library only", "a done-callback per add", "awaited in order (run_writes)")
     for path in ("pure Python",) + (("compiled",) if "not built" not in proc.stdout else ()):
         for mode in modes:
