@@ -39,47 +39,117 @@ DEFAULT_HIGH_WATER = 8 * 1024 * 1024
 #: defaults of the unfinished-frame bounds (the bookie passes its configured values)
 DEFAULT_MAX_UNFINISHED_FRAME_BYTES = 256 * 1024 * 1024
 DEFAULT_UNFINISHED_FRAME_TIMEOUT_S = 30.0
+#: a flush of at most this many pieces (length prefixes and frames) is one vectored write of them
+#: as they are; more, and they are joined first (small answers, where a copy is cheaper)
+_WRITEV_PARTS = 32
 
 
 class FrameDecoder:
-    """Incremental length-prefixed frame parser (pure, no IO)."""
+    """Incremental length-prefixed frame parser (pure, no IO).
 
-    __slots__ = ("_buf", "max_frame_size")
+    Bytes arrive one of two ways. A buffered protocol has the kernel read straight into this
+    decoder's buffer: :meth:`get_buffer`, then :meth:`buffer_updated` with the count read, which
+    returns the frames completed. :meth:`feed` takes bytes that were read elsewhere. Either way each
+    frame is copied once, out of the buffer into its own ``bytes``.
 
-    def __init__(self, max_frame_size: int) -> None:
-        self._buf = bytearray()
+    The buffer starts at ``chunk`` bytes. It grows only for a frame larger than that, doubling as
+    the frame's bytes arrive (never past the frame, so never past ``max_frame_size`` + 4), and
+    shrinks back once the peer sends small frames again or the connection closes. Completed
+    frames free their room at once; an unfinished frame that cannot end where it begins is moved
+    to the front as soon as its length prefix is read, while little of it has arrived."""
+
+    __slots__ = ("_buf", "_view", "_start", "_end", "_chunk", "max_frame_size")
+
+    def __init__(self, max_frame_size: int, chunk: int = 256 * 1024) -> None:
         self.max_frame_size = max_frame_size
+        self._chunk = chunk
+        self._buf = bytearray(chunk)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes go (``asyncio.BufferedProtocol.get_buffer``)."""
+        start, end = self._start, self._end
+        size = len(self._buf)
+        held = end - start
+        if held >= 4:
+            total = _LEN.unpack_from(self._buf, start)[0] + 4
+            if start and start + total > size:
+                # the unfinished frame cannot end where it begins: to the front now, while little
+                # of it has arrived (a copy: the slices of one bytearray may overlap)
+                self._buf[:held] = bytes(self._view[start:end])
+                self._start, self._end = 0, held
+            elif total > size and end == size:
+                # a frame larger than the buffer: room doubles as its bytes arrive, up to its size
+                self._replace(min(total, 2 * size))
+        elif size - end < 4096:
+            self._buf[:held] = bytes(self._view[start:end])
+            self._start, self._end = 0, held
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[bytes]:
+        """``nbytes`` were written into the last :meth:`get_buffer`; return every complete frame.
+        Raises FrameTooLargeError on an oversized length prefix (the stream cannot be
+        resynchronised after that)."""
+        self._end += nbytes
+        return self._frames()
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add bytes; return every complete frame. Raises FrameTooLargeError on an oversized
-        length prefix (the stream cannot be resynchronised after that)."""
-        buf = self._buf
-        buf += data
+        """Add bytes read elsewhere; return every complete frame (see :meth:`buffer_updated`)."""
         frames: list[bytes] = []
-        pos, n = 0, len(buf)
+        view = memoryview(data)
+        pos, n = 0, len(data)
+        while pos < n:
+            room = self.get_buffer()
+            take = min(len(room), n - pos)
+            room[:take] = view[pos:pos + take]
+            pos += take
+            frames += self.buffer_updated(take)
+        return frames
+
+    def _frames(self) -> list[bytes]:
+        buf, view = self._buf, self._view
+        pos, n = self._start, self._end
         limit = self.max_frame_size
         unpack = _LEN.unpack_from
-        with memoryview(buf) as view:  # one copy per frame (slicing the bytearray would make two)
-            while n - pos >= 4:
-                (size,) = unpack(buf, pos)
-                if size > limit:
-                    raise FrameTooLargeError(f"peer announced a frame of {size} bytes; the limit is {limit}")
-                end = pos + 4 + size
-                if end > n:
-                    break
-                frames.append(bytes(view[pos + 4 : end]))
-                pos = end
-        if pos:
-            del buf[:pos]
+        frames: list[bytes] = []
+        size = 0
+        while n - pos >= 4:
+            (size,) = unpack(buf, pos)
+            if size > limit:
+                raise FrameTooLargeError(f"peer announced a frame of {size} bytes; the limit is {limit}")
+            end = pos + 4 + size
+            if end > n:
+                break
+            frames.append(bytes(view[pos + 4:end]))
+            pos = end
+        if pos == n:  # nothing unfinished: the whole buffer is free again
+            self._start = self._end = 0
+            if len(buf) > self._chunk and size + 4 <= self._chunk:
+                # the peer is back to small frames: give the large ones' room back
+                self._replace(self._chunk)
+        else:
+            self._start = pos
         return frames
+
+    def _replace(self, size: int) -> None:
+        held = self._end - self._start
+        buf = bytearray(size)
+        buf[:held] = self._view[self._start:self._end]
+        self._buf, self._view = buf, memoryview(buf)
+        self._start, self._end = 0, held
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes of the unfinished frame held."""
+        return self._end - self._start
 
     def clear(self) -> None:
         """Forget the unfinished frame (the connection is being closed)."""
-        self._buf = bytearray()
+        self._start = self._end = 0
+        if len(self._buf) > self._chunk:
+            self._replace(self._chunk)
 
 
 def _encode(frame: bytes, limit: int) -> bytes:
@@ -105,17 +175,28 @@ class _Writer:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
+    def queue_parts(self, parts: Sequence[bytes], size: int) -> None:
+        """Queue one frame of ``size`` bytes made of ``parts``, without joining them."""
+        self._pending.append(_LEN.pack(size))
+        self._pending.extend(parts)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
     def flush(self) -> None:
         self._scheduled = False
-        if self._pending and self.transport is not None and not self.transport.is_closing():
-            data = b"".join(self._pending)
-            self._pending.clear()
-            self.transport.write(data)
+        pending = self._pending
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self._pending = []
+            if len(pending) <= _WRITEV_PARTS:
+                self.transport.writelines(pending)  # one vectored write, no copy of the parts
+            else:  # many small frames (answers): one copy is cheaper than as many iovecs
+                self.transport.write(b"".join(pending))
         else:
-            self._pending.clear()
+            pending.clear()
 
 
-class _ClientProtocol(asyncio.Protocol):
+class _ClientProtocol(asyncio.BufferedProtocol):
     def __init__(
         self,
         max_frame_size: int,
@@ -140,9 +221,12 @@ class _ClientProtocol(asyncio.Protocol):
             except OSError:
                 pass
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except FrameTooLargeError as exc:
             log.warning("closing connection: %s", exc)
             assert self.transport is not None
@@ -176,13 +260,19 @@ class TcpConnection(Connection):
         self.address = address
 
     def send(self, frame: bytes) -> None:
+        self._check(len(frame))
+        self._writer.queue(frame)
+
+    def send_parts(self, parts: Sequence[bytes]) -> None:
+        size = sum(map(len, parts))
+        self._check(size)
+        self._writer.queue_parts(parts, size)
+
+    def _check(self, size: int) -> None:
         if self._protocol._closed:
             raise BookieUnavailableError(f"connection to {self.address} is closed")
-        if len(frame) > self._writer.max_frame_size:
-            raise FrameTooLargeError(
-                f"frame of {len(frame)} bytes exceeds the limit of {self._writer.max_frame_size}"
-            )
-        self._writer.queue(frame)
+        if size > self._writer.max_frame_size:
+            raise FrameTooLargeError(f"frame of {size} bytes exceeds the limit of {self._writer.max_frame_size}")
 
     async def drain(self) -> None:
         await self._protocol._can_write.wait()
@@ -198,7 +288,7 @@ class TcpConnection(Connection):
         return self._protocol._closed
 
 
-class _ServerConn(asyncio.Protocol):
+class _ServerConn(asyncio.BufferedProtocol):
     """One accepted peer; is also the ``ServerConnection`` handed to the bookie."""
 
     def __init__(self, server: TcpServer) -> None:
@@ -223,17 +313,20 @@ class _ServerConn(asyncio.Protocol):
                 pass
         self.server.conns.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         decoder = self.decoder
-        before = len(decoder._buf)
+        before = decoder.buffered
         try:
-            frames = decoder.feed(data)
+            frames = decoder.buffer_updated(nbytes)
         except FrameTooLargeError as exc:
             self.server.counters["oversized_frames"] += 1
             log.warning("peer %s: %s; disconnecting it", self.peer, exc)
             self.close()
             return
-        after = len(decoder._buf)
+        after = decoder.buffered
         if before or after:  # frames that arrive whole (the usual case) cost nothing here
             self.server.unfinished_changed(self, after - before, after == 0, before == 0 or bool(frames))
         if frames:

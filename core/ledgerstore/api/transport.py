@@ -29,6 +29,11 @@ class Connection(abc.ABC):
         iteration should go out in as few writes as possible. Raises
         :class:`~ledgerstore.errors.BookieUnavailableError` if the connection is closed."""
 
+    def send_parts(self, parts: Sequence[bytes]) -> None:
+        """Queue the frame made of ``parts`` in order, as :meth:`send` does. Transports that can
+        write the parts as they are (a vectored write) override this; by default they are joined."""
+        self.send(b"".join(parts))
+
     @abc.abstractmethod
     async def drain(self) -> None:
         """Wait until the send buffer is below the high-water mark (backpressure)."""

@@ -48,6 +48,10 @@ MARK = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
 MAX_RECORD = 64 * 1024 * 1024
 _IOV_MAX = 1024
+#: what a record's parts may be: a request frame's entry section is a view of the frame
+Buffer = bytes | memoryview
+#: what :meth:`Journal.append` takes: a record's bytes, or its parts in order
+Appended = bytes | tuple[Buffer, ...]
 
 ADD, FENCE, MASTER_KEY, ADD_BATCH = 1, 2, 3, 4
 _BATCH_ITEM = struct.Struct(">QI")
@@ -55,10 +59,26 @@ _NAME = re.compile(r"^journal-([0-9a-f]{16})\.log$")
 
 
 def encode_record(rtype: int, ledger_id: int, entry_id: int, data: bytes = b"") -> bytes:
+    return b"".join(record_parts(rtype, ledger_id, entry_id, data))
+
+
+def record_parts(rtype: int, ledger_id: int, entry_id: int, data: Buffer) -> tuple[bytes, Buffer]:
+    """One record as two parts, its header and body head, then ``data`` as it is: for
+    :meth:`Journal.append`, which writes the parts without joining them (a batch's entry section
+    goes from the request frame to the file with no copy in between)."""
     head = REC_BODY.pack(rtype, ledger_id, entry_id)
-    # the checksum runs over the body in two steps, so ``data`` (a whole batch) is copied once
+    # the checksum runs over the body in two steps, so ``data`` is not copied to checksum it
     crc = crc32c.crc32c(data, crc32c.crc32c(head))
-    return b"".join((REC_HEADER.pack(len(head) + len(data), crc), head, data))
+    return REC_HEADER.pack(len(head) + len(data), crc) + head, data
+
+
+def _take(bufs: list[Buffer], record: Appended) -> int:
+    """Add one appended record (bytes, or parts) to a group's buffers; returns its size."""
+    if isinstance(record, tuple):
+        bufs += record
+        return sum(map(len, record))
+    bufs.append(record)
+    return len(record)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -221,7 +241,7 @@ class Journal(Generic[C]):
         self.max_file_size = max_file_size
         self.max_backups = max_backups
         self.sync = sync
-        self._queue: queue.SimpleQueue[tuple[bytes, C, int, float, float] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Appended, C, int, float, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1
@@ -274,8 +294,9 @@ class Journal(Generic[C]):
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
-    def append(self, record: bytes, completion: C, records: int = 1, started: float = 0.0) -> None:
-        """Queue bytes holding ``records`` records (from the event loop). Never blocks.
+    def append(self, record: Appended, completion: C, records: int = 1, started: float = 0.0) -> None:
+        """Queue bytes holding ``records`` records (from the event loop), or the parts of such
+        bytes in order (:func:`record_parts`), which are written as they are. Never blocks.
 
         ``started`` is the ``time.perf_counter()`` at which the request behind the record
         arrived: given, the time until its answer is counted in :attr:`request_seconds`."""
@@ -314,10 +335,10 @@ class Journal(Generic[C]):
             item = q.get()
             if item is None:
                 break
-            bufs = [item[0]]
+            bufs: list[Buffer] = []
+            size = _take(bufs, item[0])
             tokens = [item[1]]
             nrecords = item[2]
-            size = len(item[0])
             queued = [item[3]]
             started = [item[4]]
             stop = False
@@ -338,10 +359,9 @@ class Journal(Generic[C]):
                 if nxt is None:
                     stop = True
                     break
-                bufs.append(nxt[0])
+                size += _take(bufs, nxt[0])
                 tokens.append(nxt[1])
                 nrecords += nxt[2]
-                size += len(nxt[0])
                 queued.append(nxt[3])
                 started.append(nxt[4])
             taken = time.perf_counter()
@@ -378,7 +398,7 @@ class Journal(Generic[C]):
             if t:
                 observe(now - t)
 
-    def _write_group(self, bufs: list[bytes], size: int, nrecords: int) -> None:
+    def _write_group(self, bufs: list[Buffer], size: int, nrecords: int) -> None:
         if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
             self._roll()
         # one system call for the whole group, without joining it first (up to the iovec limit)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ledgerstore.api import MetadataStore, ServerConnection, StorageEngine
 from ledgerstore.bookie.disks import disk_usage
-from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, encode_record
+from ledgerstore.bookie.journal import ADD, ADD_BATCH, FENCE, MASTER_KEY, Journal, encode_record, record_parts
 from ledgerstore.bookie.ledger_state import AWAIT_METADATA, LacWaiters, LedgerDescriptors
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.state import BookieState
@@ -393,7 +393,7 @@ class RequestProcessor:
         self._note_lac(lid, max_lac)
         self.inflight[conn] = inflight + n
         # the entry section as received is the journal record's data: nothing is encoded per entry
-        self.journal.append(encode_record(ADD_BATCH, lid, n, req.raw_entries),
+        self.journal.append(record_parts(ADD_BATCH, lid, n, req.raw_entries),
                             AddCompletion(conn, codec.encode_add_batch_all_ok(req.request_id, lid, n), n), n, started)
 
     def _add_batch_each(self, conn: ServerConnection, req: codec.AddBatchRequest, inflight: int) -> None:

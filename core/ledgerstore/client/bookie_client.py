@@ -51,7 +51,7 @@ class BookieClient:
         no coroutine per frame)."""
         ch = self.pool.get(bookie_id)
         rid = ch.next_rid()
-        ch.send(rid, codec.add_batch_header(rid) + body, callback, timeout)
+        ch.send_parts(rid, (codec.add_batch_header(rid), body), callback, timeout)
 
     async def read(self, bookie_id: str, ledger_id: int, entry_id: int, timeout: float, *,
                    fence_key: bytes | None = None) -> bytes:

@@ -56,10 +56,7 @@ class BookieChannel:
     def send(self, rid: int, frame: bytes, callback: ResponseCallback, timeout: float) -> None:
         """Send ``frame`` (encoded with request id ``rid``); ``callback`` gets the response or an
         error exactly once."""
-        self._pending[rid] = callback
-        heapq.heappush(self._deadlines, (self._loop.time() + timeout, rid))
-        if self._sweeper is None:
-            self._sweeper = self._loop.call_later(0.05, self._sweep)
+        self._track(rid, callback, timeout)
         conn = self._conn
         if conn is not None and not conn.is_closed:
             try:
@@ -73,6 +70,25 @@ class BookieChannel:
         self._queued.append(frame)
         if self._connecting is None:
             self._connecting = self._loop.create_task(self._connect())
+
+    def send_parts(self, rid: int, parts: Sequence[bytes], callback: ResponseCallback, timeout: float) -> None:
+        """:meth:`send` of the frame made of ``parts``: on a live connection they go to the
+        transport as they are (a large ADD_BATCH is not copied once more per bookie)."""
+        conn = self._conn
+        if conn is None or conn.is_closed:
+            self.send(rid, b"".join(parts), callback, timeout)
+            return
+        self._track(rid, callback, timeout)
+        try:
+            conn.send_parts(parts)
+        except LedgerStoreError as exc:
+            self._fail(rid, exc)
+
+    def _track(self, rid: int, callback: ResponseCallback, timeout: float) -> None:
+        self._pending[rid] = callback
+        heapq.heappush(self._deadlines, (self._loop.time() + timeout, rid))
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(0.05, self._sweep)
 
     def request(self, build: Callable[[int], bytes], timeout: float) -> asyncio.Future[codec.Response]:
         """Convenience: send ``build(rid)`` and return a future of the response."""

@@ -364,9 +364,10 @@ class AddBatchRequest(Request):
     master_key: bytes
     entries: tuple[tuple[int, bytes], ...]
     flags: int = 0
-    #: the encoded entry section (``count x (u64 entry, u32 length, bytes)``) as received, so a
-    #: bookie can journal the batch without encoding it again; empty when built by hand
-    raw_entries: bytes = b""
+    #: the encoded entry section (``count x (u64 entry, u32 length, bytes)``) as received (a view
+    #: of the frame), so a bookie can journal the batch without encoding or copying it again;
+    #: empty when built by hand
+    raw_entries: bytes | memoryview = b""
 
     @staticmethod
     def frame(request_id: int, ledger_id: int, master_key: bytes,
@@ -392,7 +393,7 @@ class AddBatchRequest(Request):
             entries = fast.add_batch_entries(frame, pos, count)
         else:
             entries = add_batch_entries(frame, pos, count)
-        return cls(request_id, lid, key, tuple(entries), flags, frame[pos:])
+        return cls(request_id, lid, key, tuple(entries), flags, memoryview(frame)[pos:])
 
 
 def add_batch_entries(frame: bytes, pos: int, count: int) -> list[tuple[int, bytes]]:
@@ -555,7 +556,7 @@ def item_signer(digest: DigestManager) -> Callable[[int, int, bytes], bytes]:
 
 def add_batch_body_of_items(ledger_id: int, master_key: bytes, items: Sequence[bytes]) -> bytes:
     """Everything of an ADD_BATCH request after its header, from :func:`add_batch_items` items."""
-    return _ADD_BATCH.pack(ledger_id, len(master_key), len(items)) + master_key + b"".join(items)
+    return b"".join((_ADD_BATCH.pack(ledger_id, len(master_key), len(items)), master_key, *items))
 
 
 # --- responses ------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ledgerstore.bookie.journal import (
     ADD_BATCH,
     REC_BODY,
     REC_HEADER,
+    Appended,
     C,
     Journal,
     LogMark,
@@ -73,7 +74,7 @@ class SimJournal(Journal[C]):
         self.disk = disk
         self.rng = rng
         self.fsync_delay = fsync_delay
-        self._pending: list[tuple[bytes, C, int, float]] = []
+        self._pending: list[tuple[Appended, C, int, float]] = []
         self._syncing: asyncio.TimerHandle | None = None
         self._crashed = False
 
@@ -105,7 +106,7 @@ class SimJournal(Journal[C]):
         with self._lock:
             self._durable = LogMark(self._file_id, 0)
 
-    def append(self, record: bytes, completion: C, records: int = 1, started: float = 0.0) -> None:
+    def append(self, record: Appended, completion: C, records: int = 1, started: float = 0.0) -> None:
         """Queue ``record``; answered once the group holding it is synced."""
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
@@ -123,11 +124,12 @@ class SimJournal(Journal[C]):
         group, self._pending = self._pending, []
         data = self.disk.files[self._file_id]
         for rec, _, _, _ in group:
-            data += rec
+            for part in rec if isinstance(rec, tuple) else (rec,):
+                data += part
         end = len(data)
         self._syncing = self._loop.call_later(self.rng.uniform(*self.fsync_delay), self._synced, group, end)
 
-    def _synced(self, group: list[tuple[bytes, C, int, float]], end: int) -> None:
+    def _synced(self, group: list[tuple[Appended, C, int, float]], end: int) -> None:
         self._syncing = None
         self.disk.synced[self._file_id] = end
         self.groups += 1

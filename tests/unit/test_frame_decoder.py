@@ -1,0 +1,89 @@
+"""The TCP transport's frame decoder: whatever way a stream is cut into reads, the frames come
+out whole, in order and once, and the decoder's buffer stays as small as the stream lets it."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledgerstore.errors import FrameTooLargeError
+from ledgerstore_tcp import FrameDecoder
+
+LIMIT = 64 * 1024
+
+
+def _wire(frames: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(f)) + f for f in frames)
+
+
+def _cuts(data: bytes, sizes: list[int]) -> list[bytes]:
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        step = sizes[i % len(sizes)] if sizes else len(data)
+        out.append(data[pos:pos + step])
+        pos += step
+        i += 1
+    return out
+
+
+def _read_into(decoder: FrameDecoder, data: bytes, most: int) -> list[bytes]:
+    """As a buffered protocol's transport does: read at most ``most`` bytes into get_buffer()."""
+    frames: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        room = decoder.get_buffer(-1)
+        assert len(room) >= 1
+        take = min(len(room), most, len(data) - pos)
+        room[:take] = data[pos:pos + take]
+        pos += take
+        frames += decoder.buffer_updated(take)
+    return frames
+
+
+frames_st = st.lists(st.one_of(st.binary(max_size=40), st.binary(min_size=1000, max_size=LIMIT)), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames=frames_st, sizes=st.lists(st.integers(1, 70_000), max_size=6), chunk=st.sampled_from([16, 4096, 65536]))
+def test_any_cut_of_the_stream_gives_the_frames_back(frames: list[bytes], sizes: list[int], chunk: int) -> None:
+    data = _wire(frames)
+    by_feed = FrameDecoder(LIMIT, chunk=chunk)
+    got = [f for piece in _cuts(data, sizes) for f in by_feed.feed(piece)]
+    assert got == frames
+    assert by_feed.buffered == 0
+    by_read = FrameDecoder(LIMIT, chunk=chunk)
+    assert _read_into(by_read, data, max(sizes, default=len(data) or 1)) == frames
+    assert by_read.buffered == 0
+    if not frames or len(frames[-1]) + 4 <= chunk:  # back to small frames: the large ones' room is given back
+        assert len(by_read._buf) == chunk
+    else:  # never more than twice the largest frame
+        assert len(by_read._buf) < 2 * (max(map(len, frames)) + 4)
+
+
+def test_an_unfinished_frame_is_kept_and_counted() -> None:
+    d = FrameDecoder(LIMIT, chunk=4096)
+    data = _wire([b"a" * 3000, b"b" * 3000])
+    assert d.feed(data[:3500]) == [b"a" * 3000]
+    assert d.buffered == 3500 - 3004
+    assert d.feed(data[3500:]) == [b"b" * 3000]
+    assert d.buffered == 0
+
+
+def test_room_grows_with_the_bytes_that_arrived_not_the_announced_length() -> None:
+    d = FrameDecoder(8 * 1024 * 1024, chunk=4096)
+    d.feed(struct.pack(">I", 8 * 1024 * 1024 - 4) + b"x" * 10)
+    assert len(d._buf) == 4096
+    d.feed(b"x" * 30_000)
+    assert d.buffered == 30_014
+    assert len(d._buf) <= 2 * 30_014
+    d.clear()
+    assert d.buffered == 0 and len(d._buf) == 4096
+
+
+def test_an_oversized_prefix_is_refused_before_its_bytes_arrive() -> None:
+    d = FrameDecoder(1024)
+    with pytest.raises(FrameTooLargeError, match="frame of 1025 bytes; the limit is 1024"):
+        d.feed(struct.pack(">I", 1025))
