@@ -114,6 +114,38 @@ class TransportConformance:
 
         run(main())
 
+    def test_a_frame_sent_as_parts_arrives_whole(self, transport_factory: TransportFactory,
+            server_transport_factory: TransportFactory, listen_address: str) -> None:
+        """``send_parts`` (a writer's ADD_BATCH: header, then body) gives the peer the same
+        frames as ``send`` of the joined bytes, in order with frames sent whole; parts may be
+        views, and a frame over the limit is refused whatever its parts."""
+        async def main() -> None:
+            server = await server_transport_factory().serve(listen_address, EchoHandler())
+            try:
+                c = await Client().connect(transport_factory(), server.address)
+                body = os.urandom(self.max_frame_size // 2)
+                sent: list[bytes] = []
+                for i in range(300):
+                    parts: list[bytes | memoryview] = [b"head-%04d" % i, memoryview(body)[: (i * 997) % len(body)]]
+                    if i % 3 == 0:
+                        parts += [b"", os.urandom(i % 50), b"tail"]
+                    if i % 5 == 0:
+                        c.conn.send(b"whole-%04d" % i)
+                        sent.append(b"whole-%04d" % i)
+                    c.conn.send_parts(parts)
+                    sent.append(b"".join(parts))
+                    if i % 20 == 19:
+                        await c.conn.drain()
+                await wait_until(lambda: len(c.received) >= len(sent), timeout=60)
+                assert c.received == sent
+                with pytest.raises(FrameTooLargeError):
+                    c.conn.send_parts([body, body, body])
+                await c.conn.close()
+            finally:
+                await server.close()
+
+        run(main())
+
     def test_many_clients_are_independent(self, transport_factory: TransportFactory, server_transport_factory: TransportFactory,
             listen_address: str) -> None:
         async def main() -> None:
