@@ -4,9 +4,13 @@ Wire framing: every frame is a 4-byte big-endian length followed by that many by
 checked against ``max_frame_size`` before any buffer is allocated for the frame; a peer that
 announces a larger frame is disconnected (and counted), other peers are unaffected.
 
-Frames queued in one event-loop iteration leave in one ``write`` call; a peer that reads slower
-than the bookie answers makes the bookie stop reading that peer's requests (the socket's write
-buffer above ``high_water``) rather than buffer without bound.
+Frames queued in one event-loop iteration leave in one ``write`` call: a few large frames (a
+writer's ADD_BATCH, sent as its header and the body shared by every bookie) as one vectored write
+of the parts as they are, many small ones (answers) joined first. Incoming bytes are read by the
+kernel straight into the connection's :class:`FrameDecoder` (a buffered protocol), so each frame
+is copied once in user space. A peer that reads slower than the bookie answers makes the bookie
+stop reading that peer's requests (the socket's write buffer above ``high_water``) rather than
+buffer without bound.
 
 Unfinished frames are bounded too. A connection buffers at most one unfinished frame, and only the
 bytes that arrived (never the announced length), so at most ``max_frame_size`` + 4 bytes. Across
