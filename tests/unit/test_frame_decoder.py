@@ -87,3 +87,18 @@ def test_an_oversized_prefix_is_refused_before_its_bytes_arrive() -> None:
     d = FrameDecoder(1024)
     with pytest.raises(FrameTooLargeError, match="frame of 1025 bytes; the limit is 1024"):
         d.feed(struct.pack(">I", 1025))
+
+
+def test_a_batch_decoded_from_a_mutable_frame_keeps_its_entry_section() -> None:
+    """The bookie journals an ADD_BATCH's entry section after decode returns: taken from a
+    ``bytes`` frame it is a view, from a buffer that may change it is a copy."""
+    from ledgerstore.proto import codec
+
+    frame = codec.AddBatchRequest.frame(7, 1, b"k" * 20, [(0, b"a" * 40), (1, b"b" * 40)])
+    whole = codec.decode_request(frame)
+    assert isinstance(whole, codec.AddBatchRequest) and isinstance(whole.raw_entries, memoryview)
+    buf = bytearray(frame)
+    req = codec.decode_request(buf)  # type: ignore[arg-type]
+    assert isinstance(req, codec.AddBatchRequest)
+    buf[len(buf) - 40:] = b"z" * 40
+    assert bytes(req.raw_entries) == bytes(whole.raw_entries)

@@ -393,7 +393,9 @@ class AddBatchRequest(Request):
             entries = fast.add_batch_entries(frame, pos, count)
         else:
             entries = add_batch_entries(frame, pos, count)
-        return cls(request_id, lid, key, tuple(entries), flags, memoryview(frame)[pos:])
+        # a view only of an immutable frame: the journal writes it after this returns
+        raw = memoryview(frame)[pos:] if type(frame) is bytes else bytes(frame[pos:])
+        return cls(request_id, lid, key, tuple(entries), flags, raw)
 
 
 def add_batch_entries(frame: bytes, pos: int, count: int) -> list[tuple[int, bytes]]:
