@@ -30,6 +30,9 @@ class JournalConfig:
     max_backups: int = 5
     #: fsync before acknowledging; turning it off loses acknowledged entries on power failure
     sync: bool = True
+    #: write the journal with O_DIRECT (whole 4 KiB blocks, not through the page cache) where the
+    #: file system supports it; elsewhere, as on tmpfs, the journal writes through the page cache
+    direct_io: bool = True
 
 
 @dataclasses.dataclass

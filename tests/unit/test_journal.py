@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import struct
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from ledgerstore.bookie.journal import (
     ADD,
     ADD_BATCH,
+    DIRECT_ALIGN,
     FENCE,
     Journal,
     LogMark,
@@ -21,6 +23,15 @@ from ledgerstore.bookie.journal import (
     read_mark,
 )
 from ledgerstore.errors import BookieIOError
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "buffered"], autouse=True)
+def direct_io(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every test runs with the journal written with O_DIRECT (the default) and through the page
+    cache; the tmp directory is on a file system that takes O_DIRECT (not tmpfs)."""
+    monkeypatch.setattr(Journal.__init__, "__kwdefaults__", {**Journal.__init__.__kwdefaults__,
+                                                             "direct_io": request.param})
+    return bool(request.param)
 
 
 def run_journal(directory: Path, records: list[bytes], **kw: object) -> tuple[list[object], Journal]:
@@ -71,15 +82,22 @@ def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
     assert [(r.type, r.ledger_id) for r in got] == [(FENCE, 2)]
 
 
+def _tear(path: Path, end: int, torn: bytes) -> None:
+    """A torn write after the last whole record (at ``end``; a direct journal has zero padding
+    there, which the torn bytes overwrite)."""
+    with open(path, "r+b") as fh:
+        fh.seek(end)
+        fh.write(torn)
+
+
 def test_torn_tail_is_truncated_not_read(tmp_path: Path) -> None:
-    run_journal(tmp_path, [encode_record(ADD, 1, i, b"p" * 50) for i in range(20)])
+    _, j = run_journal(tmp_path, [encode_record(ADD, 1, i, b"p" * 50) for i in range(20)])
     (_, path), = journal_files(tmp_path)
-    size = path.stat().st_size
-    with open(path, "ab") as fh:
-        fh.write(encode_record(ADD, 1, 20, b"p" * 50)[:30])  # a torn write
+    end = j.durable_mark().offset
+    _tear(path, end, encode_record(ADD, 1, 20, b"p" * 50)[:30])
     got = replayed(tmp_path)
     assert [r.entry_id for r in got] == list(range(20))
-    assert path.stat().st_size == size, "the torn tail must be cut off"
+    assert path.stat().st_size == end, "the torn tail must be cut off"
 
 
 def test_flipped_byte_in_an_older_file_is_an_error(tmp_path: Path) -> None:
@@ -127,13 +145,12 @@ def test_batch_records_replay_as_one_add_per_entry(tmp_path: Path) -> None:
 
 
 def test_torn_batch_record_loses_the_whole_batch_only(tmp_path: Path) -> None:
-    run_journal(tmp_path, [_batch(1, [(i, b"k" * 40) for i in range(10)])])
+    _, j = run_journal(tmp_path, [_batch(1, [(i, b"k" * 40) for i in range(10)])])
     (_, path), = journal_files(tmp_path)
-    size = path.stat().st_size
-    with open(path, "ab") as fh:
-        fh.write(_batch(1, [(i, b"k" * 40) for i in range(10, 20)])[:-7])
+    end = j.durable_mark().offset
+    _tear(path, end, _batch(1, [(i, b"k" * 40) for i in range(10, 20)])[:-7])
     assert [r.entry_id for r in replayed(tmp_path)] == list(range(10))
-    assert path.stat().st_size == size
+    assert path.stat().st_size == end
 
 
 def test_batch_record_whose_entries_overrun_it_is_an_error(tmp_path: Path) -> None:
@@ -142,3 +159,82 @@ def test_batch_record_whose_entries_overrun_it_is_an_error(tmp_path: Path) -> No
     run_journal(tmp_path, [encode_record(ADD_BATCH, 1, 1, section)])
     with pytest.raises(BookieIOError, match="overruns the record"):
         replayed(tmp_path)
+
+
+# --- O_DIRECT ------------------------------------------------------------------------------------
+
+
+def test_a_direct_journal_holds_the_same_bytes_in_whole_blocks(tmp_path: Path, direct_io: bool) -> None:
+    # groups of every size, each its own write: a group ending mid-block, one ending on a block
+    # boundary, one far larger than the write buffer; the block a group ends in is written again
+    # by the next, so every earlier group's bytes must survive that rewrite
+    head = [10, 5000, 3]
+    to_boundary = -(16 + sum(25 + n for n in head)) % DIRECT_ALIGN - 25  # the next record ends a block
+    sizes = [*head, to_boundary, 1, 3 << 20, 700, 0, 12_345]
+    recs = [encode_record(ADD, 1, i, os.urandom(n)) for i, n in enumerate(sizes)]
+    _, j = run_journal(tmp_path, recs, max_group_bytes=1)
+    (_, path), = journal_files(tmp_path)
+    data = path.read_bytes()
+    end = j.durable_mark().offset
+    assert data[16:end] == b"".join(recs), "the journal must hold exactly the records, in order"
+    if direct_io:
+        assert len(data) % DIRECT_ALIGN == 0 and len(data) - end < DIRECT_ALIGN
+        assert data[end:] == bytes(len(data) - end), "the padding after the last record must be zeros"
+    else:
+        assert len(data) == end
+    assert [r.entry_id for r in replayed(tmp_path)] == list(range(len(sizes)))
+
+
+def test_an_older_direct_file_ends_cleanly_at_its_padding(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # files that roll while the journal runs keep their padding (only the newest file is repaired
+    # at start-up). A 5,000-byte group leaves stale bytes in the write buffer after its last
+    # block; the next, shorter group must pad with zeros, not with them, or the file reads as
+    # damaged once it is older.
+    recs = [encode_record(ADD, 1, i, (b"s" * 5000) if i % 2 == 0 else b"u") for i in range(8)]
+    run_journal(tmp_path, recs, max_group_bytes=1, max_file_size=6000)
+    assert len(journal_files(tmp_path)) >= 3
+    with caplog.at_level("WARNING", logger="ledgerstore.bookie.journal"):
+        assert [r.entry_id for r in replayed(tmp_path)] == list(range(8))
+    assert not caplog.records, "a clean end must not be reported as a torn tail"
+
+
+def test_a_block_of_zeros_in_an_older_file_is_still_damage(tmp_path: Path) -> None:
+    run_journal(tmp_path, [encode_record(ADD, 1, i, b"w" * 100) for i in range(5)])
+    run_journal(tmp_path, [encode_record(ADD, 1, 5, b"w")])
+    (_, first), _ = journal_files(tmp_path)
+    with open(first, "ab") as fh:
+        fh.write(bytes(DIRECT_ALIGN))  # more zeros than any padding: not a clean end
+    with pytest.raises(BookieIOError, match=first.name):
+        replayed(tmp_path)
+
+
+def test_a_file_system_without_o_direct_gets_a_buffered_journal(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # some file systems (FUSE ones, tmpfs before Linux 6.6) refuse O_DIRECT with EINVAL at open
+    real_open = os.open
+
+    def refusing_open(path: object, flags: int, *args: object) -> int:
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    recs = [encode_record(ADD, 1, i, b"m" * 300) for i in range(50)]
+    done, j = run_journal(tmp_path, recs, direct_io=True)
+    assert done == list(range(50))
+    assert j.direct_io is False, "a refused O_DIRECT must turn into a buffered journal, not a failure"
+    (_, path), = journal_files(tmp_path)
+    assert path.stat().st_size == j.durable_mark().offset  # no padding: written through the page cache
+    assert [r.entry_id for r in replayed(tmp_path)] == list(range(50))
+
+
+def test_other_errors_opening_a_direct_journal_are_not_hidden(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def full_open(path: object, flags: int, *args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    j: Journal = Journal(tmp_path, lambda t: None, direct_io=True)
+    j.replay(lambda r: None)
+    monkeypatch.setattr(os, "open", full_open)
+    with pytest.raises(OSError, match="No space"):
+        j._roll()

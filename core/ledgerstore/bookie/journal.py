@@ -12,6 +12,11 @@ of the wire's ADD_BATCH request as received; read back as one ADD record per ent
 or checksum does not hold at the tail of the newest file is a torn write from a crash: replay
 truncates the file there. The same damage anywhere else is corruption and stops start-up.
 
+A journal written with ``O_DIRECT`` (``direct_io``, the default where the file system supports
+it) writes whole 4 KiB blocks: the block holding the end of the last group is written again, with
+the same bytes, at the start of the next group, and the file ends in zeros up to the block after
+its last record. Zeros shorter than a block after a record are therefore the file's clean end.
+
 The LastLogMark (file ``lastMark``: u64 file id, u64 offset, u32 crc32c) says up to where the
 storage engine holds everything; replay starts there. It is written only after the engine flushed.
 """
@@ -20,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
+import mmap
 import os
 import queue
 import re
@@ -48,6 +55,10 @@ MARK = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
 MAX_RECORD = 64 * 1024 * 1024
 _IOV_MAX = 1024
+#: the unit of an O_DIRECT write: its file offset, length and buffer address are multiples of it
+#: (4 KiB covers devices of 512-byte and of 4 KiB logical blocks)
+DIRECT_ALIGN = 4096
+_ZEROS = bytes(DIRECT_ALIGN)
 #: what a record's parts may be: a request frame's entry section is a view of the frame
 Buffer = bytes | memoryview
 #: what :meth:`Journal.append` takes: a record's bytes, or its parts in order
@@ -167,6 +178,8 @@ def scan_file(path: Path, start: int = 0, *, repair: bool = False) -> Iterator[R
                     problem = "truncated record body"
                 elif crc32c.crc32c(view[off + REC_HEADER.size : end]) != crc:
                     problem = "record checksum mismatch"
+            if problem and _is_padding(view[off:]):
+                return  # the zeros an O_DIRECT journal ends a file with: its clean end
             if problem:
                 where = pos + off
                 if repair:
@@ -184,6 +197,75 @@ def scan_file(path: Path, start: int = 0, *, repair: bool = False) -> Iterator[R
             else:
                 yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), mark)
             off = end
+
+
+def _is_padding(rest: memoryview) -> bool:
+    """True when ``rest`` (what follows the last whole record) is the zero padding of a file
+    written with O_DIRECT: all zeros, and shorter than a block."""
+    return 0 < len(rest) < DIRECT_ALIGN and rest.tobytes().count(0) == len(rest)
+
+
+class DirectWriter:
+    """Writes one journal file with ``O_DIRECT``: from an aligned buffer, in whole blocks.
+
+    The buffer starts at the file's last partly written block (``block``) and holds ``fill``
+    bytes of it. A group is copied after them, padded with zeros to the next block and written
+    in one ``pwrite``; the last, partly filled block then moves to the front of the buffer and
+    is written again, whole, with the next group. Rewriting those bytes with the same bytes
+    keeps what an earlier group made durable intact even if this write is torn.
+
+    The page cache is not used: the group goes from the buffer to the device, and the bookie's
+    entry-log writes keep the memory the journal would otherwise fill.
+    """
+
+    __slots__ = ("fd", "buf", "block", "fill")
+
+    def __init__(self, fd: int, capacity: int = 1 << 20) -> None:
+        self.fd = fd
+        self.buf = mmap.mmap(-1, _round_up(max(capacity, 2 * DIRECT_ALIGN), DIRECT_ALIGN))
+        #: file offset of ``buf[0]`` (a multiple of DIRECT_ALIGN)
+        self.block = 0
+        #: bytes of ``buf`` that hold file data
+        self.fill = 0
+
+    def write(self, bufs: list[Buffer], size: int) -> None:
+        """Write ``bufs`` (``size`` bytes in all) after what the file holds. Raises OSError."""
+        pos = self.fill
+        end = pos + size
+        if end + DIRECT_ALIGN > len(self.buf):
+            self._grow(end + DIRECT_ALIGN)
+        buf = self.buf
+        for b in bufs:
+            n = len(b)
+            buf[pos : pos + n] = b
+            pos += n
+        padded = _round_up(end, DIRECT_ALIGN)
+        buf[end:padded] = _ZEROS[: padded - end]
+        done = 0
+        with memoryview(buf) as view:
+            while done < padded:
+                n = os.pwrite(self.fd, view[done:padded], self.block + done)
+                if n <= 0 or n % 512:
+                    raise OSError(errno.EIO, f"journal: a direct write of {padded - done} bytes wrote {n}")
+                done += n
+        whole = end - end % DIRECT_ALIGN
+        if whole:
+            buf[: end - whole] = buf[whole:end]
+            self.block += whole
+        self.fill = end - whole
+
+    def _grow(self, need: int) -> None:
+        bigger = mmap.mmap(-1, _round_up(need, 1 << 20))
+        bigger[: self.fill] = self.buf[: self.fill]
+        self.buf.close()
+        self.buf = bigger
+
+    def close(self) -> None:
+        self.buf.close()
+
+
+def _round_up(n: int, unit: int) -> int:
+    return (n + unit - 1) // unit * unit
 
 
 def _split_batch(path: Path, where: int, ledger_id: int, count: int, data: memoryview, mark: LogMark) -> Iterator[Record]:
@@ -231,6 +313,7 @@ class Journal(Generic[C]):
         max_file_size: int = 2048 * 1024 * 1024,
         max_backups: int = 5,
         sync: bool = True,
+        direct_io: bool = True,
     ) -> None:
         self.dir = Path(directory)
         self.on_durable = on_durable
@@ -241,6 +324,10 @@ class Journal(Generic[C]):
         self.max_file_size = max_file_size
         self.max_backups = max_backups
         self.sync = sync
+        #: write with O_DIRECT where the file system allows it (see :class:`DirectWriter`);
+        #: after a file system refuses it, the journal writes through the page cache
+        self.direct_io = direct_io
+        self._direct: DirectWriter | None = None
         self._queue: queue.SimpleQueue[tuple[Appended, C, int, float, float] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -314,18 +401,55 @@ class Journal(Generic[C]):
             return self._durable
 
     def _roll(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
+        self._close_file()
         self._file_id += 1
         path = self.dir / f"journal-{self._file_id:016x}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, FILE_HEADER.pack(MAGIC, FORMAT_VERSION, self._file_id))
+        header = FILE_HEADER.pack(MAGIC, FORMAT_VERSION, self._file_id)
+        fd = self._open_direct(path, header) if self.direct_io else -1
+        if fd < 0:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            os.write(fd, header)
         os.fsync(fd)
         _fsync_dir(self.dir)
         self._fd = fd
         self._offset = FILE_HEADER.size
         with self._lock:
             self._durable = LogMark(self._file_id, self._offset)
+
+    def _open_direct(self, path: Path, header: bytes) -> int:
+        """Create ``path`` for O_DIRECT writes and write its header; -1 (and direct_io turned
+        off) when the file system refuses O_DIRECT, as tmpfs does."""
+        direct = getattr(os, "O_DIRECT", 0)
+        if not direct:  # not Linux
+            self.direct_io = False
+            return -1
+        fd = -1
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | direct, 0o644)
+            writer = DirectWriter(fd, self.max_group_bytes + 2 * DIRECT_ALIGN)
+            try:
+                writer.write([header], len(header))
+            except BaseException:
+                writer.close()
+                raise
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            if exc.errno != errno.EINVAL:
+                raise
+            log.info("journal %s: the file system refuses O_DIRECT (%s); writing through the page cache", self.dir, exc)
+            self.direct_io = False
+            return -1
+        self._direct = writer
+        return fd
+
+    def _close_file(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def _run(self) -> None:
         q = self._queue
@@ -401,12 +525,15 @@ class Journal(Generic[C]):
     def _write_group(self, bufs: list[Buffer], size: int, nrecords: int) -> None:
         if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
             self._roll()
-        # one system call for the whole group, without joining it first (up to the iovec limit)
-        n = os.writev(self._fd, bufs) if len(bufs) <= _IOV_MAX else 0
-        if n < size:
-            view = memoryview(b"".join(bufs))[n:]
-            while view:
-                view = view[os.write(self._fd, view):]
+        if self._direct is not None:
+            self._direct.write(bufs, size)
+        else:
+            # one system call for the whole group, without joining it first (up to the iovec limit)
+            n = os.writev(self._fd, bufs) if len(bufs) <= _IOV_MAX else 0
+            if n < size:
+                view = memoryview(b"".join(bufs))[n:]
+                while view:
+                    view = view[os.write(self._fd, view):]
         if self.sync:
             t0 = time.perf_counter()
             os.fdatasync(self._fd)
@@ -434,6 +561,4 @@ class Journal(Generic[C]):
             self._queue.put(None)
             self._thread.join()
             self._thread = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._close_file()

@@ -192,6 +192,7 @@ class Bookie:
             max_file_size=cfg.journal.max_file_size_mb * 1024 * 1024,
             max_backups=cfg.journal.max_backups,
             sync=cfg.journal.sync,
+            direct_io=cfg.journal.direct_io,
         )
         t0 = time.monotonic()
         replayed = await asyncio.to_thread(self.journal.replay, self._apply_replayed)
