@@ -15,6 +15,7 @@ from ledgerstore.bookie.journal import (
     ADD_BATCH,
     DIRECT_ALIGN,
     FENCE,
+    DirectWriter,
     Journal,
     LogMark,
     Record,
@@ -183,6 +184,22 @@ def test_a_direct_journal_holds_the_same_bytes_in_whole_blocks(tmp_path: Path, d
     else:
         assert len(data) == end
     assert [r.entry_id for r in replayed(tmp_path)] == list(range(len(sizes)))
+
+
+def test_the_direct_buffer_grows_for_a_large_group_and_shrinks_after_it(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    w = DirectWriter(fd, 64 * 1024)
+    try:
+        small, large = os.urandom(1000), os.urandom(3 << 20)
+        for data in (small, large, small):
+            w.write([data], len(data))
+            if data is large:
+                assert len(w.buf) > 3 << 20
+        assert len(w.buf) == w.capacity == 64 * 1024, "the large group's memory must be given back"
+    finally:
+        w.close()
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes()[: 2000 + (3 << 20)] == small + large + small
 
 
 def test_an_older_direct_file_ends_cleanly_at_its_padding(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -215,14 +215,18 @@ class DirectWriter:
     keeps what an earlier group made durable intact even if this write is torn.
 
     The page cache is not used: the group goes from the buffer to the device, and the bookie's
-    entry-log writes keep the memory the journal would otherwise fill.
+    entry-log writes keep the memory the journal would otherwise fill. The buffer holds a group
+    (``max_group_bytes`` plus two blocks: about 520 KiB by default); a larger group, which one
+    large record makes, grows it until a group fits the usual size again.
     """
 
-    __slots__ = ("fd", "buf", "block", "fill")
+    __slots__ = ("fd", "buf", "block", "fill", "capacity")
 
     def __init__(self, fd: int, capacity: int = 1 << 20) -> None:
         self.fd = fd
-        self.buf = mmap.mmap(-1, _round_up(max(capacity, 2 * DIRECT_ALIGN), DIRECT_ALIGN))
+        #: the buffer's usual size; a larger group grows it for as long as groups stay large
+        self.capacity = _round_up(max(capacity, 2 * DIRECT_ALIGN), DIRECT_ALIGN)
+        self.buf = mmap.mmap(-1, self.capacity)
         #: file offset of ``buf[0]`` (a multiple of DIRECT_ALIGN)
         self.block = 0
         #: bytes of ``buf`` that hold file data
@@ -233,7 +237,9 @@ class DirectWriter:
         pos = self.fill
         end = pos + size
         if end + DIRECT_ALIGN > len(self.buf):
-            self._grow(end + DIRECT_ALIGN)
+            self._resize(end + DIRECT_ALIGN)
+        elif len(self.buf) > self.capacity and end + DIRECT_ALIGN <= self.capacity:
+            self._resize(self.capacity)  # a large group has passed: give its memory back
         buf = self.buf
         for b in bufs:
             n = len(b)
@@ -254,11 +260,11 @@ class DirectWriter:
             self.block += whole
         self.fill = end - whole
 
-    def _grow(self, need: int) -> None:
-        bigger = mmap.mmap(-1, _round_up(need, 1 << 20))
-        bigger[: self.fill] = self.buf[: self.fill]
+    def _resize(self, need: int) -> None:
+        other = mmap.mmap(-1, _round_up(need, DIRECT_ALIGN))
+        other[: self.fill] = self.buf[: self.fill]
         self.buf.close()
-        self.buf = bigger
+        self.buf = other
 
     def close(self) -> None:
         self.buf.close()
