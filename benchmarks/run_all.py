@@ -284,23 +284,33 @@ class DiskProbe:
         self.runnable: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+        # sampled on a thread of its own: an fdatasync that blocks for seconds must not leave
+        # those seconds without a count
+        self._sampler = threading.Thread(target=self._sample, name="runnable-sampler", daemon=True)
 
     def __enter__(self) -> DiskProbe:
         self._thread.start()
+        self._sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._sampler.join()
         self.path.unlink(missing_ok=True)
+
+    def _sample(self) -> None:
+        while True:
+            sec = int(time.time())
+            self.runnable[sec] = max(self.runnable.get(sec, 0), procs_running())
+            if self._stop.wait(self.interval):
+                return
 
     def _run(self) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         block = os.urandom(4096)
         try:
             while not self._stop.wait(self.interval):
-                sec = int(time.time())
-                self.runnable[sec] = max(self.runnable.get(sec, 0), procs_running())
                 os.write(fd, block)
                 t0 = time.perf_counter()
                 os.fdatasync(fd)
