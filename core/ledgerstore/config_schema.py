@@ -31,7 +31,7 @@ class JournalConfig:
     #: fsync before acknowledging; turning it off loses acknowledged entries on power failure
     sync: bool = True
     #: write the journal with O_DIRECT (whole 4 KiB blocks, not through the page cache) where the
-    #: file system supports it; elsewhere, as on tmpfs, the journal writes through the page cache
+    #: file system supports it; where it is refused (EINVAL), the journal writes through the page cache
     direct_io: bool = True
 
 

@@ -424,7 +424,8 @@ class Journal(Generic[C]):
 
     def _open_direct(self, path: Path, header: bytes) -> int:
         """Create ``path`` for O_DIRECT writes and write its header; -1 (and direct_io turned
-        off) when the file system refuses O_DIRECT, as tmpfs does."""
+        off) when the file system refuses O_DIRECT with EINVAL, as some FUSE file systems and
+        tmpfs before Linux 6.6 do."""
         direct = getattr(os, "O_DIRECT", 0)
         if not direct:  # not Linux
             self.direct_io = False
