@@ -145,7 +145,7 @@ def test_an_anonymous_state_change_is_refused_with_401_and_changes_nothing(start
     # nothing changed: the bookie is writable, compaction runs, auto-recovery is on
     assert b.request("GET", "/api/v1/bookie/state/readonly").json() == {"readOnly": False}
     assert b.request("GET", "/api/v1/bookie/gc/suspend_compaction").json() == {
-        "isMajorGcSuspended": False, "isMinorGcSuspended": False}
+        "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"}
     assert b.request("GET", "/api/v1/autorecovery/status").json() == {"enabled": True}
     # the token makes the same request work
     r = b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": True}, token=TOKEN)

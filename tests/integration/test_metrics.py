@@ -8,7 +8,6 @@ import asyncio
 import http.client
 import json
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledgerstore.aio import Client
 from ledgerstore.client.metrics import CLIENT_METRICS
 from ledgerstore.cluster import LocalCluster, free_ports
+
+from .admin_http_cluster import listening
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "ledgerstore-dashboard.json"
 TOKEN = "metrics-scrape-token-5f1c"
@@ -113,7 +114,7 @@ def test_latency_histograms_count_requests_and_the_dashboard_queries_only_expose
         "[bookie.autorecovery]\nenabled = true\n"
         f'[bookie.http]\ntoken_file = "{token_file}"\nallow_anonymous_read = false\n'))
     cluster.start()
-    poll("the admin port", lambda: _listening(port))
+    poll("the admin port", lambda: listening(port))
 
     # with anonymous reads off, Prometheus scrapes with the token (docs/admin-http.md)
     assert scrape(port, token=None)[0] == 401
@@ -180,14 +181,6 @@ def test_latency_histograms_count_requests_and_the_dashboard_queries_only_expose
     assert not missing, f"dashboard panels query metrics no bookie or client exposes: {missing}"
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def test_auto_recovery_and_ensemble_change_figures_move_when_a_bookie_is_lost(
         cluster_factory: Callable[..., LocalCluster]) -> None:
     cluster = cluster_factory(4)
@@ -201,7 +194,7 @@ def test_auto_recovery_and_ensemble_change_figures_move_when_a_bookie_is_lost(
                      "open_ledger_rereplication_grace_s = 3.0\nlease_s = 4.0\n")
     cluster.start()
     for port in ports:
-        poll("the admin port", lambda port=port: _listening(port))
+        poll("the admin port", lambda port=port: listening(port))
 
     def scrapes(which: list[int]) -> list[dict]:
         out = []

@@ -2,7 +2,11 @@
 collection and compaction switches, journal marks, disk files, storage expansion, the runtime
 configuration and the sanity test (BookKeeper's ``/api/v1/bookie/*`` and ``/api/v1/config/*``).
 
-Paths, methods and JSON field names are BookKeeper's (its "Admin REST API" page).
+Paths, methods and bodies are BookKeeper's (its "Admin REST API" page and the handlers in
+``bookkeeper-server/.../server/http/service/``), field for field and of the same JSON types: where
+we know more we add fields, never rename one. Where BookKeeper's body is keyed by ids (bookies,
+journal marks) and leaves no room for more fields, ``details=true`` answers ledgerstore's richer
+body instead (see ``docs/admin-http.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 
 from ledgerstore.api.http import TEXT, HttpError, Request, Response, parse_bool
 from ledgerstore.bookie import cookie as cookies
-from ledgerstore.bookie.http_routes import Endpoints, Route
+from ledgerstore.bookie.http_routes import Endpoints, Route, bk_bool
+from ledgerstore.bookie.processor import RECOVERY_ADD_RESERVE_BYTES
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.bookies import CookieManager
 from ledgerstore.stalls import peaks
@@ -83,6 +88,9 @@ class BookieEndpoints(Endpoints):
         from ledgerstore import __version__
 
         info.update({
+            # BookKeeper's BookieInfoService: {"freeSpace", "totalSpace"} in bytes
+            "freeSpace": info["free_bytes"],
+            "totalSpace": info["total_bytes"],
             "version": __version__,
             "instance_id": b.instance_id,
             "listen": b.config.listen,
@@ -105,14 +113,24 @@ class BookieEndpoints(Endpoints):
                                  "peaks": {k: sorted([s, round(v, 6)] for s, v in by.items()) for k, by in snap.items()}})
 
     def state(self) -> dict[str, Any]:
+        """BookKeeper's BookieStateService body plus ``forcedReadOnly``, ``registered`` and
+        ``journalFailed``."""
         b = self.bookie
         j = b.journal
+        journal_failed = j is not None and j.failed is not None
+        stopping = b._stopped.is_set()
+        # BookKeeper's high-priority writes are our recovery adds: a read-only bookie takes them
+        # while its ledger disks keep the reserve
+        high_priority = not stopping and not journal_failed and (
+            not b.read_only or b.processor.disk_usage()[2] >= RECOVERY_ADD_RESERVE_BYTES)
         return {
-            "running": not b._stopped.is_set(),
+            "running": not stopping,
             "readOnly": b.read_only,
+            "shuttingDown": stopping,
+            "availableForHighPriorityWrites": high_priority,
             "forcedReadOnly": b.forced_read_only,
             "registered": b.state.registered.is_set(),
-            "journalFailed": j is not None and j.failed is not None,
+            "journalFailed": journal_failed,
         }
 
     async def get_state(self, req: Request) -> Response:
@@ -142,21 +160,23 @@ class BookieEndpoints(Endpoints):
         return Response(200 if ready else 503, TEXT, b"")
 
     async def list_bookies(self, req: Request) -> Response:
-        kind = req.query.get("type", "all").lower()
+        """BookKeeper's body, ``{"host:port": hostname or null}`` (the hostname only with
+        ``print_hostnames=true``); ``type=rw`` (the default, as BookKeeper), ``ro``, or ``all``
+        (ours). ``details=true`` answers ``{"bookies": [registration, ...]}`` instead."""
+        kind = req.query.get("type", "rw").lower()
         if kind not in ("rw", "ro", "all"):
             raise HttpError(400, f"type={kind!r}: use rw (writable), ro (read-only) or all")
-        infos = await self.bookie.registry.all()
-        rows = []
-        for info in sorted(infos, key=lambda i: i.bookie_id):
-            if (kind == "rw" and info.read_only) or (kind == "ro" and not info.read_only):
-                continue
-            d = dataclasses.asdict(info)
-            d["state"] = "read-only" if info.read_only else "writable"
-            rows.append(d)
-        return Response.of_json({"bookies": rows})
+        infos = [i for i in sorted(await self.bookie.registry.all(), key=lambda i: i.bookie_id)
+                 if kind == "all" or (kind == "ro") == i.read_only]
+        if req.bool_param("details"):
+            rows = [{**dataclasses.asdict(i), "state": "read-only" if i.read_only else "writable"} for i in infos]
+            return Response.of_json({"bookies": rows})
+        hostnames = req.bool_param("print_hostnames")
+        return Response.of_json({i.bookie_id: _hostname(i.bookie_id) if hostnames else None for i in infos})
 
     async def get_gc(self, req: Request) -> Response:
-        return Response.of_json({"is_in_force_gc": self.gc_running})
+        # BookKeeper answers the flag as a string: "true" / "false"
+        return Response.of_json({"is_in_force_gc": bk_bool(self.gc_running)})
 
     async def put_gc(self, req: Request) -> Response:
         minor = req.bool_param("minor")
@@ -177,6 +197,9 @@ class BookieEndpoints(Endpoints):
         return Response.of_json(result)
 
     async def last_log_mark(self, req: Request) -> Response:
+        """BookKeeper's body, one key per journal: ``{"LastLogMark: Journal Id - N(hex.txn)":
+        "Pos - offset"}``, the checkpointed mark replay starts from. ``details=true`` answers
+        ``{"journal_dir", "durable": {file_id, offset}, "last_log_mark": {file_id, offset}}``."""
         from ledgerstore.bookie.journal import read_mark
 
         b = self.bookie
@@ -184,6 +207,10 @@ class BookieEndpoints(Endpoints):
             raise HttpError(503, "the journal is not open yet")
         durable = b.journal.durable_mark()
         checkpointed = await asyncio.to_thread(read_mark, b.journal_dir)
+        if not req.bool_param("details"):
+            # BookKeeper's GetLastLogMarkService spells the key and value this way, ".txn" included
+            key = f"LastLogMark: Journal Id - {checkpointed.file_id}({checkpointed.file_id:x}.txn)"
+            return Response.of_json({key: f"Pos - {checkpointed.offset}"})
         return Response.of_json({
             "journal_dir": str(b.journal_dir),
             # written and fsync'd: what acknowledged adds rely on
@@ -202,9 +229,10 @@ class BookieEndpoints(Endpoints):
     async def gc_details(self, req: Request) -> Response:
         return Response.of_json([self.bookie.compaction.details(self.gc_running)])
 
-    def suspension(self) -> dict[str, bool]:
+    def suspension(self) -> dict[str, str]:
+        """BookKeeper's body: the switches as strings, ``"true"`` / ``"false"``."""
         c = self.bookie.compaction
-        return {"isMajorGcSuspended": c.suspend_major, "isMinorGcSuspended": c.suspend_minor}
+        return {"isMajorGcSuspended": bk_bool(c.suspend_major), "isMinorGcSuspended": bk_bool(c.suspend_minor)}
 
     async def get_suspended(self, req: Request) -> Response:
         return Response.of_json(self.suspension())
@@ -306,6 +334,12 @@ def _redacted(value: Any) -> Any:
     if isinstance(value, list):
         return [_redacted(v) for v in value]
     return value
+
+
+def _hostname(bookie_id: str) -> str:
+    """The host part of a ``host:port`` bookie id (BookKeeper prints the resolved host name;
+    resolving here would make a listing wait on DNS)."""
+    return bookie_id.rsplit(":", 1)[0].strip("[]")
 
 
 def _disk_files(journal_dir: Path, ledger_dirs: list[Path]) -> dict[str, list[str]]:

@@ -85,11 +85,13 @@ class ClusterEndpoints(Endpoints):
 
         missing = req.query.get("missingreplica") or None
         excluding = req.query.get("excludingmissingreplica") or None
-        ids = [m.ledger_id for m in await self.markers.all()
-               if (missing is None or missing in m.missing) and (excluding is None or excluding not in m.missing)]
-        if not ids:  # BookKeeper answers 404 when nothing is under-replicated
+        found = [m for m in await self.markers.all()
+                 if (missing is None or missing in m.missing) and (excluding is None or excluding not in m.missing)]
+        if not found:  # BookKeeper answers 404 when nothing is under-replicated
             return Response.error(404, "no under-replicated ledgers")
-        return Response.of_json(ids)
+        if "printmissingreplica" in req.query:  # BookKeeper: present at all, whatever its value
+            return Response.of_json({str(m.ledger_id): sorted(m.missing) for m in found})
+        return Response.of_json([m.ledger_id for m in found])
 
     async def who_is_auditor(self, req: Request) -> Response:
 

@@ -19,3 +19,9 @@ class Endpoints:
     def __init__(self, server: Any) -> None:
         self.server = server
         self.bookie = server.bookie
+
+
+def bk_bool(flag: bool) -> str:
+    """A flag as BookKeeper's handlers write it where they serialize ``Boolean.toString``:
+    ``"true"`` / ``"false"``, strings, not JSON booleans."""
+    return "true" if flag else "false"
