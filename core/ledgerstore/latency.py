@@ -118,6 +118,14 @@ def histogram_families(name: str, doc: str, h: LatencyHistogram, bookkeeper_name
                                  [(q, v * 1000.0) for q, v in zip(BOOKKEEPER_QUANTILES, quantiles, strict=True)])
 
 
+def bookkeeper_distribution(name: str, doc: str, h: LatencyHistogram) -> Metric:
+    """A histogram of counts or sizes (not times) as BookKeeper exposes such an OpStatsLogger:
+    a summary of the values themselves, unscaled, ``success="true"``."""
+    quantiles = h.recent_quantiles(BOOKKEEPER_QUANTILES)
+    return bookkeeper_summary(name, f"{doc} (BookKeeper's name)", h.count, h.sum,
+                              list(zip(BOOKKEEPER_QUANTILES, quantiles, strict=True)))
+
+
 def bookkeeper_summary(name: str, doc: str, count: float, sum_ms: float,
                        quantiles: Sequence[tuple[float, float]]) -> Metric:
     """A summary shaped like one of BookKeeper's OpStatsLoggers."""

@@ -497,15 +497,20 @@ class RocksDBStorage(StorageEngine):
             "compression": self._compression,
             "wal": self.config.wal,
         }
+        keys: int | None = None
         if db is not None:
             try:
                 extra["estimate_live_data_size"] = db.property_int_value("rocksdb.estimate-live-data-size")
                 extra["l0_files"] = db.property_int_value("rocksdb.num-files-at-level0")
+                keys = db.property_int_value("rocksdb.estimate-num-keys")
             except DbClosedError:  # closed by another thread meanwhile: report without them
                 pass
         with self._lock:
             extra["pending_gc"] = len(self._pending_gc)
             return StorageStats(
+                # RocksDB's estimate of its keys, less one state key per ledger and one per
+                # pending deletion: the entries (BookKeeper's entries-count is this estimate too)
+                entries=None if keys is None else max(0, keys - len(self._ledgers) - len(self._pending_gc)),
                 ledgers=len(self._ledgers),
                 bytes_on_disk=_dir_size(self.path),
                 entries_written=self._entries_written,

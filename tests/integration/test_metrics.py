@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledgerstore.aio import Client
@@ -247,3 +248,69 @@ def test_auto_recovery_and_ensemble_change_figures_move_when_a_bookie_is_lost(
     assert (sum(value(s, "replication_worker_NUM_ENTRIES_WRITTEN") for s in now)
             == sum(value(s, "ledgerstore_replication_entries_total") for s in now))
     assert sum(value(s, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED") for s in now) >= 1
+
+
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "bookkeeper_metrics.json"
+ADMIN_DOC = Path(__file__).resolve().parents[2] / "docs" / "admin-http.md"
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every sample name of an exposition, as written (BookKeeper's counters carry no ``_total``)."""
+    return {line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("storage", ["entrylog", "rocksdb"])
+def test_every_bookkeeper_metric_of_the_reference_list_is_scraped_from_a_live_bookie(
+        cluster_factory: Callable[..., LocalCluster], tmp_path: Path, storage: str) -> None:
+    reference = json.loads(REFERENCE.read_text())
+    (port,) = free_ports(1)
+    cluster = cluster_factory(1, storage=storage, extra_bookie_config=(
+        f"http_port = {port}\n[bookie.autorecovery]\nenabled = true\n"))
+    cluster.start()
+    poll("the admin port", lambda: listening(port))
+
+    async def work() -> None:
+        async with Client(metadata=cluster.metadata) as client:
+            lh = await client.create_ledger(1, 1, 1, password=b"pw")
+            await lh.append_many([b"entry %d" % i for i in range(ADDS)])
+            open_one = await client.create_ledger(1, 1, 1, password=b"pw")
+            await open_one.append(b"left open")
+            # opening a ledger its writer left open recovers it: LEDGER_OPEN and LEDGER_RECOVER
+            assert (await (await client.open_ledger(open_one.ledger_id, b"pw")).read(0, 0))[0].payload == b"left open"
+            assert len(await lh.read(0, ADDS - 1)) == ADDS
+            await lh.close()
+            await client.delete_ledger(open_one.ledger_id)
+
+    asyncio.run(work())
+    poll("the elected auditor", lambda: value(samples(scrape(port, None)[1]), "ledgerstore_auditor_elected") == 1)
+    status, text = scrape(port, None)
+    assert status == 200
+    bookie = exposed_names(text)
+    client = exposed_names(CLIENT_METRICS.render().decode())
+    wanted = [m for m in reference["metrics"] if storage in m.get("engines", [storage])]
+    missing = sorted(m["name"] for m in wanted if m["name"] not in (client if m.get("client") else bookie))
+    assert not missing, f"BookKeeper's names not exported ({storage}): {missing}"
+    # no constant stand-ins: what has no meaning here is not exported, and the docs say why
+    doc = ADMIN_DOC.read_text()
+    for m in reference["absent"]:
+        assert m["name"] not in bookie | client, m
+        assert m["name"] in doc, f"docs/admin-http.md does not say why {m['name']} is absent"
+
+    # the figures are the bookie's own: they moved with the work done
+    after = samples(text)
+    assert value(after, "bookie_READ_BYTES") >= sum(len(b"entry %d" % i) for i in range(ADDS))
+    assert value(after, "bookie_journal_JOURNAL_WRITE_BYTES") > value(after, "bookie_WRITE_BYTES") > 0
+    assert value(after, "bookie_ledger_num_dirs") == value(after, "bookie_ledger_writable_dirs") == 1
+    assert value(after, "bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_COUNT_count", success="true") >= 1
+    assert value(after, "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES_sum", success="true") >= ADDS
+    flushes = sum(value(after, f"bookie_journal_JOURNAL_NUM_FLUSH_{r}")
+                  for r in ("EMPTY_QUEUE", "MAX_WAIT", "MAX_OUTSTANDING_BYTES"))
+    assert flushes == value(after, "ledgerstore_journal_groups_total")
+    assert value(after, "bookie_journal_JOURNAL_CREATION_LATENCY_count", success="true") >= 1
+    if storage == "rocksdb":
+        assert value(after, "bookie_entries_count") >= ADDS
+    else:
+        assert value(after, "bookie_ACTIVE_ENTRY_LOG_TOTAL") >= 1
+    for op in ("CREATE", "OPEN", "RECOVER", "DELETE"):
+        assert value(samples(CLIENT_METRICS.render().decode()), f"bookkeeper_client_LEDGER_{op}_count",
+                     success="true") >= 1, op

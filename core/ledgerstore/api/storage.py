@@ -30,6 +30,9 @@ class StorageStats:
     entries_written: int = 0
     gc_runs: int = 0
     bytes_reclaimed: int = 0
+    #: entries the engine holds now, where it can tell without reading its files (an estimate
+    #: where the engine's own figure is one); None where it cannot
+    entries: int | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

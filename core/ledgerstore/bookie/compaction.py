@@ -24,6 +24,8 @@ class CompactionControl:
     suspend_minor: bool = False
     major_count: int = 0
     minor_count: int = 0
+    #: ledgers garbage collection deleted from the engine since start (DELETED_LEDGER_COUNT)
+    deleted_ledgers: int = 0
     #: wall-clock milliseconds when the last major / minor compaction finished (0: never)
     last_major_ms: int = 0
     last_minor_ms: int = 0

@@ -9,6 +9,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+def writable_dirs(dirs: Sequence[Path], threshold: float) -> int:
+    """How many of ``dirs`` are on a file system filled below ``threshold`` (a fraction): the
+    directories a disk checker would still write to; one that cannot be examined is not."""
+    n = 0
+    for d in dirs:
+        try:
+            du = shutil.disk_usage(d)
+        except OSError:
+            continue
+        n += du.total > 0 and du.used / du.total < threshold
+    return n
+
+
 def disk_usage(dirs: Sequence[Path]) -> tuple[int, int, int]:
     """(total, used, free) bytes of the file systems holding ``dirs``, each file system counted
     once; a directory that cannot be examined is left out."""

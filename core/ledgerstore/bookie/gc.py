@@ -51,6 +51,7 @@ class GarbageCollector:
                 await asyncio.to_thread(engine.delete_ledger, lid)
                 self.ledgers.forget(lid)
                 deleted.append(lid)
+        self.compaction.deleted_ledgers += len(deleted)
         after = await asyncio.to_thread(engine.gc)
         compacted = await self._compact(minor=minor, major=major)
         if compacted is not None:

@@ -63,6 +63,14 @@ _ZEROS = bytes(DIRECT_ALIGN)
 Buffer = bytes | memoryview
 #: what :meth:`Journal.append` takes: a record's bytes, or its parts in order
 Appended = bytes | tuple[Buffer, ...]
+#: upper bounds of the per-group count histograms (appends per group)
+GROUP_COUNT_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+#: upper bounds of the per-group size histogram, in bytes (4 KiB .. 64 MiB)
+GROUP_BYTES_BUCKETS: tuple[float, ...] = tuple(float(4096 << (2 * i)) for i in range(8))
+#: why the writer thread closed a group: the queue ran empty, the group wait ran out, the group
+#: reached ``max_group_bytes`` (BookKeeper's JOURNAL_NUM_FLUSH_EMPTY_QUEUE, _MAX_WAIT,
+#: _MAX_OUTSTANDING_BYTES)
+FLUSH_EMPTY_QUEUE, FLUSH_MAX_WAIT, FLUSH_MAX_BYTES = 0, 1, 2
 
 ADD, FENCE, MASTER_KEY, ADD_BATCH = 1, 2, 3, 4
 _BATCH_ITEM = struct.Struct(">QI")
@@ -349,6 +357,19 @@ class Journal(Generic[C]):
         self.bytes_written = 0
         self.fsync_seconds = 0.0
         self.last_group_size = 0
+        #: groups closed for each reason (FLUSH_EMPTY_QUEUE, FLUSH_MAX_WAIT, FLUSH_MAX_BYTES)
+        self.flushes = [0, 0, 0]
+        #: 1 while a written group waits in fdatasync (BookKeeper's force-write queue: here the
+        #: writer thread syncs each group itself, so at most one)
+        self.syncing = 0
+        #: appends of durable groups handed to the loop, and answered there: the difference is
+        #: BookKeeper's journal callback queue (each counter has one writing thread)
+        self.answers_posted = 0
+        self.answers_done = 0
+        #: appends (requests or batches) and bytes per durable group, one observation per group
+        #: (JOURNAL_FORCE_WRITE_GROUPING_COUNT, JOURNAL_FORCE_WRITE_BATCH_BYTES)
+        self.group_appends = LatencyHistogram(GROUP_COUNT_BUCKETS)
+        self.group_bytes = LatencyHistogram(GROUP_BYTES_BUCKETS)
         # latency histograms, one observation per append (a request or a batch) or per group:
         #: append -> group taken by the writer thread (BookKeeper's JOURNAL_QUEUE_LATENCY)
         self.queue_seconds = LatencyHistogram()
@@ -356,6 +377,10 @@ class Journal(Generic[C]):
         self.add_seconds = LatencyHistogram()
         #: one fdatasync per group (JOURNAL_SYNC)
         self.sync_seconds = LatencyHistogram()
+        #: writing a group to the file, before its fdatasync (JOURNAL_FLUSH_LATENCY)
+        self.write_seconds = LatencyHistogram()
+        #: creating, fsyncing and naming a new journal file (JOURNAL_CREATION_LATENCY)
+        self.creation_seconds = LatencyHistogram()
         #: request received (``started`` given to append) -> answered on the loop (ADD_ENTRY_REQUEST)
         self.request_seconds = LatencyHistogram()
 
@@ -401,12 +426,17 @@ class Journal(Generic[C]):
         """Appends waiting for the writer thread (approximate)."""
         return self._queue.qsize()
 
+    def callback_queue_size(self) -> int:
+        """Appends whose group is durable but not yet answered on the event loop."""
+        return max(0, self.answers_posted - self.answers_done)
+
     def durable_mark(self) -> LogMark:
         """Position up to which every record is on disk (for the checkpoint)."""
         with self._lock:
             return self._durable
 
     def _roll(self) -> None:
+        t0 = time.perf_counter()
         self._close_file()
         self._file_id += 1
         path = self.dir / f"journal-{self._file_id:016x}.log"
@@ -421,6 +451,7 @@ class Journal(Generic[C]):
         self._offset = FILE_HEADER.size
         with self._lock:
             self._durable = LogMark(self._file_id, self._offset)
+        self.creation_seconds.observe(time.perf_counter() - t0)
 
     def _open_direct(self, path: Path, header: bytes) -> int:
         """Create ``path`` for O_DIRECT writes and write its header; -1 (and direct_io turned
@@ -473,22 +504,27 @@ class Journal(Generic[C]):
             queued = [item[3]]
             started = [item[4]]
             stop = False
+            reason = FLUSH_MAX_BYTES
             deadline = time.monotonic() + self.max_group_wait
             while size < self.max_group_bytes:
                 try:
                     nxt = q.get_nowait()
                 except queue.Empty:
                     if self.flush_when_queue_empty:
+                        reason = FLUSH_EMPTY_QUEUE
                         break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        reason = FLUSH_MAX_WAIT
                         break
                     try:
                         nxt = q.get(timeout=remaining)
                     except queue.Empty:
+                        reason = FLUSH_MAX_WAIT
                         break
                 if nxt is None:
                     stop = True
+                    reason = FLUSH_EMPTY_QUEUE
                     break
                 size += _take(bufs, nxt[0])
                 tokens.append(nxt[1])
@@ -506,14 +542,19 @@ class Journal(Generic[C]):
                 if self.on_failed is not None:
                     loop.call_soon_threadsafe(self.on_failed, tokens, exc)
                 break
-            self._observe_group(queued, taken)
+            self.flushes[reason] += 1
+            self._observe_group(queued, taken, size)
+            self.answers_posted += len(tokens)
             loop.call_soon_threadsafe(self._answer, tokens, started)
             if stop:
                 break
 
-    def _observe_group(self, queued: list[float], taken: float) -> None:
+    def _observe_group(self, queued: list[float], taken: float, size: int) -> None:
         """Queue and add latencies of a durable group: one observation per append (per request
-        or batch), on the writer thread that alone updates these histograms."""
+        or batch), and its appends and bytes, on the writer thread that alone updates these
+        histograms."""
+        self.group_appends.observe(len(queued))
+        self.group_bytes.observe(size)
         durable = time.perf_counter()
         q, a = self.queue_seconds.observe, self.add_seconds.observe
         for t in queued:
@@ -523,6 +564,7 @@ class Journal(Generic[C]):
     def _answer(self, tokens: list[C], started: list[float]) -> None:
         """On the loop: answer a durable group, then count its requests' latencies."""
         self.on_durable(tokens)
+        self.answers_done += len(tokens)
         now = time.perf_counter()
         observe = self.request_seconds.observe
         for t in started:
@@ -532,6 +574,7 @@ class Journal(Generic[C]):
     def _write_group(self, bufs: list[Buffer], size: int, nrecords: int) -> None:
         if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
             self._roll()
+        t0 = time.perf_counter()
         if self._direct is not None:
             self._direct.write(bufs, size)
         else:
@@ -541,9 +584,14 @@ class Journal(Generic[C]):
                 view = memoryview(b"".join(bufs))[n:]
                 while view:
                     view = view[os.write(self._fd, view):]
+        self.write_seconds.observe(time.perf_counter() - t0)
         if self.sync:
             t0 = time.perf_counter()
-            os.fdatasync(self._fd)
+            self.syncing = 1
+            try:
+                os.fdatasync(self._fd)
+            finally:
+                self.syncing = 0
             took = time.perf_counter() - t0
             self.fsync_seconds += took
             self.sync_seconds.observe(took)

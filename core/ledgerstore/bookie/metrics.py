@@ -7,7 +7,7 @@ bookies in one process (tests, ``standalone``) never mix their figures.
 
 Names follow Prometheus conventions (``ledgerstore_`` prefix, ``_total`` counters, base units)
 and map onto BookKeeper's bookie stats: ``ADD_ENTRY`` → ``ledgerstore_bookie_add_requests_total``,
-``JOURNAL_FORCE_WRITE_GROUPING_COUNT`` → ``ledgerstore_journal_group_records``, and so on (see
+``JOURNAL_FORCE_WRITE_BATCH_ENTRIES`` → ``ledgerstore_journal_group_records``, and so on (see
 ``docs/admin-http.md``). Latencies are histograms in seconds under our names and, besides, under
 BookKeeper's documented names as BookKeeper exposes them (``bookkeeper_server_ADD_ENTRY_REQUEST``,
 ``bookie_journal_JOURNAL_SYNC``, ...: summaries in milliseconds, see :mod:`ledgerstore.latency`),
@@ -38,9 +38,13 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ledgerstore import __version__
+from ledgerstore.api import StorageStats
+from ledgerstore.bookie.disks import writable_dirs
+from ledgerstore.bookie.journal import FLUSH_EMPTY_QUEUE, FLUSH_MAX_BYTES, FLUSH_MAX_WAIT
 from ledgerstore.latency import (
     LatencyHistogram,
     bookkeeper_counter,
+    bookkeeper_distribution,
     bookkeeper_gauge,
     histogram_families,
 )
@@ -71,12 +75,14 @@ class BookieCollector(Collector):
         self.group_records.observe(records)
 
     def collect(self) -> Iterator[Metric]:
+        stats = self._engine_stats()
         yield from self._bookie_metrics()
         yield from self._journal_metrics()
         yield from self._disk_metrics()
-        yield from self._storage_metrics()
+        yield from self._storage_metrics(stats)
         yield from self._transport_metrics()
         yield from self._latency_metrics()
+        yield from self._bookkeeper_metrics(stats)
         yield from under_replication_metrics(self.bookie)
 
     # --- request counters ------------------------------------------------------------------------
@@ -173,14 +179,23 @@ class BookieCollector(Collector):
         yield _gauge("ledgerstore_bookie_disk_usage_ratio", "Used / total of those file systems.",
                      used / total if total else 0.0)
 
-    def _storage_metrics(self) -> Iterator[Metric]:
+    def _engine_stats(self) -> StorageStats | None:
+        """The engine's figures for this scrape (None without an engine, or when they failed)."""
+        engine = self.bookie.engine
+        if engine is None:
+            return None
+        try:
+            st: StorageStats = engine.stats()
+        except Exception as exc:  # a scrape must not fail because one engine figure did
+            log.warning("storage engine stats failed during a metrics scrape: %s", exc)
+            return None
+        return st
+
+    def _storage_metrics(self, st: StorageStats | None) -> Iterator[Metric]:
         engine = self.bookie.engine
         if engine is None:
             return
-        try:
-            st = engine.stats()
-        except Exception as exc:  # a scrape must not fail because one engine figure did
-            log.warning("storage engine stats failed during a metrics scrape: %s", exc)
+        if st is None:
             yield _gauge("ledgerstore_storage_stats_error", "1 when the engine's stats() failed on this scrape.", 1)
             return
         yield _gauge("ledgerstore_storage_ledgers", "Ledgers the storage engine holds.", st.ledgers)
@@ -233,15 +248,17 @@ class BookieCollector(Collector):
             c.read_request_seconds, ("bookkeeper_server_READ_ENTRY_REQUEST", "bookkeeper_server_READ_ENTRY"))
         j = b.journal
         if j is not None:
-            yield from histogram_families(
-                "ledgerstore_journal_queue_seconds", "Journal appends from queued to taken by the writer thread.",
-                j.queue_seconds, ("bookie_journal_JOURNAL_QUEUE_LATENCY",))
-            yield from histogram_families(
-                "ledgerstore_journal_add_seconds", "Journal appends from queued to durable (written and fsync'd).",
-                j.add_seconds, ("bookie_journal_JOURNAL_ADD_ENTRY",))
-            yield from histogram_families(
-                "ledgerstore_journal_sync_seconds", "fdatasync of each journal group.",
-                j.sync_seconds, ("bookie_journal_JOURNAL_SYNC",))
+            for name, doc, h, bk in (
+                    ("queue", "Journal appends from queued to taken by the writer thread.", j.queue_seconds,
+                     "JOURNAL_QUEUE_LATENCY"),
+                    ("add", "Journal appends from queued to durable (written and fsync'd).", j.add_seconds,
+                     "JOURNAL_ADD_ENTRY"),
+                    ("sync", "fdatasync of each journal group.", j.sync_seconds, "JOURNAL_SYNC"),
+                    ("write", "Writing a journal group to its file, before the fsync.", j.write_seconds,
+                     "JOURNAL_FLUSH_LATENCY"),
+                    ("creation", "Creating, fsyncing and naming a new journal file.", j.creation_seconds,
+                     "JOURNAL_CREATION_LATENCY")):
+                yield from histogram_families(f"ledgerstore_journal_{name}_seconds", doc, h, (f"bookie_journal_{bk}",))
             yield bookkeeper_gauge("bookie_journal_JOURNAL_QUEUE_SIZE", "Appends waiting for the journal writer.",
                                    j.queue_size())
         yield from histogram_families(
@@ -264,6 +281,68 @@ class BookieCollector(Collector):
                                  c.add_bytes)
         yield bookkeeper_gauge("bookie_ledgers_count", "Ledgers this bookie holds (BookKeeper's name).",
                                len(b.ledgers.master_keys))
+
+    # --- BookKeeper's other names ----------------------------------------------------------------
+
+    def _bookkeeper_metrics(self, st: StorageStats | None) -> Iterator[Metric]:
+        """BookKeeper's bookie, journal, ledger-directory and garbage-collection figures under
+        its names (``tests/fixtures/bookkeeper_metrics.json`` lists them with their sources).
+        Where BookKeeper renamed a figure (``*_COUNT`` to ``*_TOTAL`` in 4.16) both names are
+        exported, so dashboards of either release work."""
+        b = self.bookie
+        yield bookkeeper_counter("bookie_READ_BYTES", "Bytes of entries answered to reads (BookKeeper's name).",
+                                 b.counters.read_bytes)
+        dirs = list(b.ledger_dirs)
+        yield bookkeeper_gauge("bookie_ledger_num_dirs", "Ledger directories configured (BookKeeper's name).", len(dirs))
+        yield bookkeeper_gauge(
+            "bookie_ledger_writable_dirs",
+            "Ledger directories on a file system filled below disk_usage_threshold (BookKeeper's name).",
+            writable_dirs(dirs, b.config.disk_usage_threshold))
+        c = b.compaction
+        for old, new, doc, value in (
+                ("MAJOR_COMPACTION_COUNT", "MAJOR_COMPACTION_TOTAL", "Major compactions since start", c.major_count),
+                ("MINOR_COMPACTION_COUNT", "MINOR_COMPACTION_TOTAL", "Minor compactions since start", c.minor_count),
+                ("DELETED_LEDGER_COUNT", "DELETED_LEDGER_TOTAL", "Ledgers deleted by garbage collection since start",
+                 c.deleted_ledgers)):
+            for name in (old, new):
+                yield bookkeeper_counter(f"bookie_{name}", f"{doc} (BookKeeper's name).", value)
+        if st is not None:
+            for name in ("ACTIVE_LEDGER_COUNT", "ACTIVE_LEDGER_TOTAL"):
+                yield bookkeeper_gauge(f"bookie_{name}", "Ledgers the storage engine holds (BookKeeper's name).",
+                                       st.ledgers)
+            if st.entries is not None:
+                yield bookkeeper_gauge("bookie_entries_count", "Entries the storage engine holds (BookKeeper's name).",
+                                       st.entries)
+            logs, log_bytes = st.extra.get("entry_logs"), st.extra.get("entry_log_bytes")
+            if isinstance(logs, int) and isinstance(log_bytes, int):  # an engine made of entry logs
+                for name in ("ACTIVE_ENTRY_LOG_COUNT", "ACTIVE_ENTRY_LOG_TOTAL"):
+                    yield bookkeeper_gauge(f"bookie_{name}", "Entry log files (BookKeeper's name).", logs)
+                yield bookkeeper_gauge("bookie_ENTRY_LOG_SPACE_BYTES", "Bytes of entry log files (BookKeeper's name).",
+                                       log_bytes)
+        j = b.journal
+        if j is None:
+            return
+        yield bookkeeper_counter("bookie_journal_JOURNAL_WRITE_BYTES",
+                                 "Bytes appended to the journal (BookKeeper's name).", j.bytes_written)
+        yield bookkeeper_gauge("bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
+                               "Written journal groups waiting for their fsync: 0 or 1, the writer syncs each group "
+                               "itself (BookKeeper's name).", j.syncing)
+        yield bookkeeper_gauge("bookie_journal_JOURNAL_CB_QUEUE_SIZE",
+                               "Durable journal appends not yet answered on the event loop (BookKeeper's name).",
+                               j.callback_queue_size())
+        for name in ("JOURNAL_FORCE_WRITE_GROUPING_COUNT", "JOURNAL_FORCE_WRITE_GROUPING_TOTAL"):
+            yield bookkeeper_distribution(f"bookie_journal_{name}", "Appends (requests) made durable by one fsync",
+                                          j.group_appends)
+        yield bookkeeper_distribution("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+                                      "Records made durable by one fsync", self.group_records)
+        yield bookkeeper_distribution("bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+                                      "Bytes made durable by one fsync", j.group_bytes)
+        for name, reason, doc in (
+                ("JOURNAL_NUM_FLUSH_EMPTY_QUEUE", FLUSH_EMPTY_QUEUE, "the journal queue ran empty"),
+                ("JOURNAL_NUM_FLUSH_MAX_WAIT", FLUSH_MAX_WAIT, "the group wait (max_group_wait_ms) ran out"),
+                ("JOURNAL_NUM_FLUSH_MAX_OUTSTANDING_BYTES", FLUSH_MAX_BYTES, "the group reached max_group_bytes")):
+            yield bookkeeper_counter(f"bookie_journal_{name}", f"Journal groups closed because {doc} "
+                                     "(BookKeeper's name).", j.flushes[reason])
 
 
 def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
@@ -289,6 +368,8 @@ def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
                            "Entries written by the replicator (BookKeeper's name).", ws.get("entries", 0)),
         bookkeeper_counter("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
                            "Ledgers re-replicated (BookKeeper's name).", ws.get("ledgers", 0)),
+        bookkeeper_counter("replication_worker_NUM_BYTES_WRITTEN",
+                           "Bytes written by the replicator (BookKeeper's name).", ws.get("bytes", 0)),
     ]
     # the service keeps its last Auditor object after losing an election: ask who is elected now
     auditor = getattr(service, "auditor", None) if getattr(service, "is_auditor", False) else None

@@ -58,6 +58,8 @@ class BookieCounters:
         self.add_requests = 0
         self.add_bytes = 0
         self.read_requests = 0
+        #: bytes of entries answered to reads (BookKeeper's READ_BYTES), counted per request
+        self.read_bytes = 0
         self.bad_requests = 0
         #: requests whose handler failed unexpectedly (answered IO_ERROR; the connection carries on)
         self.failed_requests = 0
@@ -470,6 +472,7 @@ class RequestProcessor:
         except (LedgerStoreError, OSError) as exc:
             status = self._read_status(req.ledger_id, req.entry_id, exc)
             return codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id)
+        self.counters.read_bytes += len(data)
         return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data)
 
     def handle_read_multi(self, conn: ServerConnection, req: codec.ReadMultiRequest) -> None:
@@ -479,6 +482,7 @@ class RequestProcessor:
         assert self.engine is not None
         self.counters.read_requests += len(req.entry_ids)
         budget = self.config.max_frame_size - 64 - 14 * len(req.entry_ids)
+        sent = 0
         items: list[tuple[int, int, bytes]] = []
         append = items.append
         for eid, got in zip(req.entry_ids, self.engine.get_entries(req.ledger_id, req.entry_ids), strict=True):
@@ -489,10 +493,12 @@ class RequestProcessor:
                     budget = 0
                     continue
                 budget -= len(got)
+                sent += len(got)
                 append((eid, Status.OK, got))
             else:
                 append((eid, self._read_status(req.ledger_id, eid, got, bad_request=False), b""))
         conn.send(codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items))
+        self.counters.read_bytes += sent
         self.counters.read_request_seconds.observe(time.perf_counter() - started)
 
     # --- last-add-confirmed ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ledgerstore.client.log import (
     open_log_writer,
     truncate_log,
 )
+from ledgerstore.client.metrics import CLIENT_METRICS, timed
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.client.recovery import recover
 from ledgerstore.config import ClientConfig, load_client_config
@@ -157,6 +158,7 @@ class Client:
 
     # --- ledgers -------------------------------------------------------------------------------
 
+    @timed(CLIENT_METRICS.create_seconds)
     async def create_ledger(
         self,
         ensemble: int | None = None,
@@ -196,6 +198,7 @@ class Client:
         notify("ledgerstore_ledger_created", ledger_id=lid, metadata=md)
         return LedgerHandle(self, md, password)
 
+    @timed(CLIENT_METRICS.open_seconds)
     async def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
         """Open a ledger for reading. With ``recovery`` (the default) an open ledger is fenced,
         its tail recovered and it is closed; without, nothing is changed and reads go up to the
@@ -210,6 +213,7 @@ class Client:
             await handle.read_last_add_confirmed()
         return handle
 
+    @timed(CLIENT_METRICS.delete_seconds)
     async def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's metadata; bookies reclaim its space by garbage collection."""
         await self.ledgers.delete(ledger_id)

@@ -170,6 +170,7 @@ class ReadHandle:
                 wait_for = spec if (spec > 0 and next_i < len(order)) else None
                 done, _ = await asyncio.wait(pending, timeout=wait_for, return_when=asyncio.FIRST_COMPLETED)
                 if not done:  # speculative: ask the next replica too
+                    CLIENT_METRICS.speculative_reads += 1
                     launch()
                     continue
                 for fut in done:

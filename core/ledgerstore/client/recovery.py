@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from ledgerstore.client.context import ClientContext
+from ledgerstore.client.metrics import CLIENT_METRICS, timed
 from ledgerstore.client.read import READ_MULTI_ENTRIES, ReadHandle
 from ledgerstore.errors import (
     BadVersionError,
@@ -36,6 +37,7 @@ class _MetadataMoved(Exception):
     """The ledger's metadata changed under a recovery in a way it cannot merge: start again."""
 
 
+@timed(CLIENT_METRICS.recover_seconds)
 async def recover(ctx: ClientContext, md: LedgerMetadata, password: bytes, *,
                   exclude: Collection[str] = ()) -> LedgerMetadata:
     """Fence the ledger, find its last entry, re-replicate the tail and close it (the seeds'
