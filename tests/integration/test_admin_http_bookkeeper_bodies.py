@@ -202,3 +202,18 @@ def test_bodies_keyed_by_ids_hold_what_bookkeeper_puts_there(bookies: Bookies) -
     assert get("/api/v1/bookie/state")["availableForHighPriorityWrites"] is True
     info = get("/api/v1/bookie/info")
     assert info["totalSpace"] == info["total_bytes"] > info["freeSpace"] > 0
+
+
+def test_bookkeepers_gc_request_body_forces_the_compactions_it_names(bookies: Bookies) -> None:
+    def gc(body: object) -> Any:
+        status, raw = bookies.request("PUT", "/api/v1/bookie/gc", body)
+        assert status == 200, raw
+        return json.loads(raw)["compaction"]
+
+    # BookKeeper's TriggerGCService: {"forceMajor", "forceMinor"}, a switch left out is on
+    assert gc({"forceMajor": True, "forceMinor": False}) == "major"
+    assert gc({"forceMajor": "false", "forceMinor": "true"}) == "minor"  # BookKeeper parses strings too
+    assert gc({"forceMajor": False}) == "minor"
+    assert gc({"forceMajor": False, "forceMinor": False}) is None
+    status, _ = bookies.request("PUT", "/api/v1/bookie/gc", {"forceMajor": "perhaps"})
+    assert status == 400

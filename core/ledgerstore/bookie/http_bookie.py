@@ -179,12 +179,18 @@ class BookieEndpoints(Endpoints):
         return Response.of_json({"is_in_force_gc": bk_bool(self.gc_running)})
 
     async def put_gc(self, req: Request) -> Response:
+        """Collect now; ``major`` / ``minor`` (query or body) force that compaction. BookKeeper's
+        body ``{"forceMajor": true, "forceMinor": false}`` works too, with its defaults: a switch
+        it leaves out is on (a suspended compaction still does not run)."""
         minor = req.bool_param("minor")
         major = req.bool_param("major")
         if req.body:
             body = req.json()
             if not isinstance(body, dict):
-                raise HttpError(400, 'expected a JSON object like {"major": true}')
+                raise HttpError(400, 'expected a JSON object like {"major": true} or {"forceMajor": true}')
+            if {"forceMajor", "forceMinor"} & set(body):
+                minor = parse_bool(body.get("forceMinor", True), "forceMinor")
+                major = parse_bool(body.get("forceMajor", True), "forceMajor")
             minor = parse_bool(body.get("minor", minor), "minor")
             major = parse_bool(body.get("major", major), "major")
         if self.gc_running:
