@@ -217,3 +217,20 @@ def test_bookkeepers_gc_request_body_forces_the_compactions_it_names(bookies: Bo
     assert gc({"forceMajor": False, "forceMinor": False}) is None
     status, _ = bookies.request("PUT", "/api/v1/bookie/gc", {"forceMajor": "perhaps"})
     assert status == 400
+
+
+def test_server_config_takes_bookkeepers_names_for_the_settings_that_change_at_run_time(bookies: Bookies) -> None:
+    def put(body: object) -> tuple[int, Any]:
+        status, raw = bookies.request("PUT", "/api/v1/config/server_config", body)
+        return status, json.loads(raw)
+
+    assert put({"diskUsageThreshold": 0.97, "minorCompactionInterval": 7200}) == (
+        200, {"updated": {"disk_usage_threshold": 0.97, "minor_compaction_interval_s": 7200.0}})
+    try:
+        status, raw = bookies.request("GET", "/api/v1/config/server_config")
+        cfg = json.loads(raw)
+        assert (cfg["disk_usage_threshold"], cfg["minor_compaction_interval_s"]) == (0.97, 7200.0)
+        status, err = put({"journalDirectories": "/elsewhere"})  # not a run-time setting: named in the refusal
+        assert status == 400 and "'journalDirectories' cannot be changed on a running bookie" in err["error"]
+    finally:
+        assert put({"diskUsageThreshold": 0.95, "minorCompactionInterval": 3600})[0] == 200

@@ -287,6 +287,8 @@ class BookieEndpoints(Endpoints):
         body = req.json()
         if not isinstance(body, dict) or not body:
             raise HttpError(400, 'expected a JSON object of settings, e.g. {"disk_usage_threshold": 0.9}')
+        # BookKeeper's names for the same settings (same units) name ours
+        body = {BOOKKEEPER_SETTINGS.get(k, k): v for k, v in body.items()}
         unknown = sorted(set(body) - RUNTIME_SETTINGS)
         if unknown:
             raise HttpError(400, f"{', '.join(map(repr, unknown))} cannot be changed on a running bookie; these can: "
@@ -329,6 +331,13 @@ RUNTIME_SETTINGS = frozenset({
     "disk_usage_threshold", "disk_usage_lwm", "disk_check_interval_ms", "minor_compaction_threshold",
     "major_compaction_threshold", "minor_compaction_interval_s", "major_compaction_interval_s",
 })
+#: BookKeeper's ``bk_server.conf`` names of the runtime settings, accepted by ``PUT server_config``
+BOOKKEEPER_SETTINGS = {
+    "diskUsageThreshold": "disk_usage_threshold", "diskUsageLwmThreshold": "disk_usage_lwm",
+    "diskCheckInterval": "disk_check_interval_ms", "minorCompactionThreshold": "minor_compaction_threshold",
+    "majorCompactionThreshold": "major_compaction_threshold", "minorCompactionInterval": "minor_compaction_interval_s",
+    "majorCompactionInterval": "major_compaction_interval_s",
+}
 _SECRET_KEY = re.compile(r"pass|secret|credential|auth_data|private|token(?!_file)", re.IGNORECASE)
 
 
