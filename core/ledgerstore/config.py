@@ -73,6 +73,9 @@ def plugin_problems(kind: str, cfg: Any) -> list[str]:
                            lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
         checks.append(("storage", "storage", cfg.storage, cfg.storage_options,
                        lambda c: c([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)))
+        ar = cfg.autorecovery
+        checks.append(("autorecovery.placement", "placement", ar.placement, ar.placement_options,
+                       lambda c: c(**ar.placement_options)))
         client_tables = ("autorecovery.client_transport", cfg.autorecovery.client_transport)
     else:
         checks.append(("placement", "placement", cfg.placement, cfg.placement_options,

@@ -63,6 +63,12 @@ class AutoRecoveryConfig:
     replicas_check_interval_s: float = 86400.0
     #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
     client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: placement policy that chooses replacement bookies (BookKeeper's ensemblePlacementPolicy of
+    #: the auto-recovery process): set it as the writers' is set, or a lost rack's ledgers may be
+    #: re-replicated onto one rack
+    placement: str = "random"
+    #: options of that placement policy (e.g. min_racks_per_write_quorum, topology_file)
+    placement_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> list[str]:
         problems = []
@@ -208,6 +214,15 @@ class BookieConfig:
         problems.extend(address_problems("listen", self.listen, allow_any_port=True))
         if self.advertised_address:
             problems.extend(address_problems("advertised_address", self.advertised_address))
+        advertised = self.advertised_address or self.listen
+        if advertised.partition("://")[2].rpartition(":")[0].strip("[]") in WILDCARD_HOSTS:
+            which = ("'advertised_address'" if self.advertised_address
+                     else "'listen' (advertised when 'advertised_address' is unset)")
+            problems.append(
+                f"{which} = {advertised!r} names every interface, which clients cannot connect to: set "
+                "'advertised_address' to the address or hostname clients reach this bookie by, "
+                "e.g. tcp://bookie1.example.com:3181"
+            )
         if self.http_port and not 1 <= self.http_port <= MAX_PORT:
             problems.append(f"'http_port' = {self.http_port} must be between 1 and {MAX_PORT} (0 disables it)")
         for name in ("disk_check_interval_ms", "minor_compaction_interval_s", "major_compaction_interval_s",
@@ -325,6 +340,8 @@ class ClientConfig:
 
 
 MAX_PORT = 65535
+#: hosts that mean "every interface": a bookie may listen on them but never advertise them
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 def address_problems(option: str, address: str, allow_any_port: bool = False) -> list[str]:

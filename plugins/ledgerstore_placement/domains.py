@@ -23,6 +23,7 @@ from ledgerstore_placement.striping import (
     windows_containing,
     write_windows,
 )
+from ledgerstore_placement.topology import NetworkTopology
 
 __all__ = ["FaultDomainPlacement", "writable_candidates"]
 
@@ -59,16 +60,22 @@ class FaultDomainPlacement(PlacementPolicy):
 
         enforce: bool = option(True, "fail rather than place a write quorum in too few fault domains")
         seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
+        topology_file: str | None = option(None, "file mapping hosts or addresses to /region/rack locations; "
+                                                 "when set, racks come from it, not from the registrations")
+        default_rack: str = option("/default-rack", "location of a bookie the topology file does not name")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.min_option = f"min_{self.domain}s_per_write_quorum"
-        check_known(self.name, options, {self.min_option, "enforce", "seed", *self.extra_options})
+        check_known(self.name, options, {self.min_option, "enforce", "seed", "topology_file", "default_rack",
+                                         *self.extra_options})
         #: how many domains every write quorum must span (capped at the write quorum size)
         self.min_domains: int = int_option(self.name, options, self.min_option, 2, 1)
         #: fail instead of placing best effort when the constraint cannot be met
         self.enforce: bool = bool_option(self.name, options, "enforce", True)
         self._rnd = make_random(options)
+        #: racks and regions from the ``topology_file`` mapping; ``None``: from the registrations
+        self.topology: NetworkTopology | None = NetworkTopology.from_options(self.name, options)
 
     # --- what subclasses provide -------------------------------------------------------------
 
@@ -91,6 +98,10 @@ class FaultDomainPlacement(PlacementPolicy):
         return 0
 
     # --- constraint arithmetic ---------------------------------------------------------------
+
+    def located(self, bookies: Sequence[BookieInfo]) -> Sequence[BookieInfo]:
+        """``bookies`` with the racks and regions the topology file gives them (unchanged without one)."""
+        return bookies if self.topology is None else self.topology.locate(bookies)
 
     def _info(self, bookies: Sequence[BookieInfo]) -> dict[str, BookieInfo]:
         return {b.bookie_id: b for b in bookies}
@@ -134,6 +145,7 @@ class FaultDomainPlacement(PlacementPolicy):
         bookies, or (with ``enforce``) when the domains available cannot satisfy every window; with
         ``enforce = false`` the order with the smallest shortfall is returned instead.
         """
+        bookies = self.located(bookies)
         cands = writable_candidates(bookies, exclude)
         if len(cands) < ensemble_size:
             raise NotEnoughBookiesError(
@@ -179,6 +191,7 @@ class FaultDomainPlacement(PlacementPolicy):
         Raises :class:`NotEnoughBookiesError` when no bookie is eligible, or (with ``enforce``)
         when every eligible bookie leaves one of those windows short.
         """
+        bookies = self.located(bookies)
         cands = writable_candidates(bookies, exclude | frozenset(ensemble))
         if not cands:
             raise NotEnoughBookiesError(
@@ -227,6 +240,7 @@ class FaultDomainPlacement(PlacementPolicy):
     ) -> list[int]:
         """Writable bookies nearest first (see :meth:`locality`), then read-only ones, then those
         not registered; the write-set order is kept among equals."""
+        bookies = self.located(bookies)
         info = self._info(bookies)
         far = 1 << 16
 
@@ -248,6 +262,7 @@ class FaultDomainPlacement(PlacementPolicy):
         and an ensemble falling short still adheres when no ensemble drawn from the same bookies
         could fall short by less: there is nothing better to move it to.
         """
+        bookies = self.located(bookies)
         if len(set(ensemble)) != len(ensemble) or not ensemble:
             return False
         info = self._info(bookies)

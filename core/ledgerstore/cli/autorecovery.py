@@ -37,7 +37,8 @@ def autorecovery(metadata: str | None, config_path: str | None, process_id: str 
         bcfg = load_bookie_config(config_path, **({"metadata": metadata} if metadata else {}))
         settings = bcfg.autorecovery
         client_config = ClientConfig(metadata=bcfg.metadata, metadata_options=dict(bcfg.metadata_options),
-                                     transport=dict(settings.client_transport), max_frame_size=bcfg.max_frame_size)
+                                     transport=dict(settings.client_transport), max_frame_size=bcfg.max_frame_size,
+                                     placement=settings.placement, placement_options=dict(settings.placement_options))
     else:
         if not metadata:
             raise ConfigError("no metadata store: pass --metadata URI, --config bookie.toml or set LEDGERSTORE_METADATA")

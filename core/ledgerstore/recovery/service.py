@@ -61,6 +61,8 @@ class RecoveryService:
         cfg = bookie.config
         client_config = ClientConfig(metadata=cfg.metadata, metadata_options=dict(cfg.metadata_options),
                                      transport=dict(cfg.autorecovery.client_transport),
+                                     placement=cfg.autorecovery.placement,
+                                     placement_options=dict(cfg.autorecovery.placement_options),
                                      max_frame_size=cfg.max_frame_size)
         return cls(client_config, cfg.autorecovery, bookie.bookie_id,
                    on_decommission=lambda: bookie.set_read_only(True))
