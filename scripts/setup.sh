@@ -11,6 +11,9 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# the multi-host tests: network namespaces, veths and a bridge (iproute2), silent cuts (nftables)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

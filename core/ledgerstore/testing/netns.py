@@ -63,6 +63,7 @@ __all__ = [
     "Service",
     "attach",
     "netns_unavailable",
+    "random_partitions",
     "remove_cluster",
 ]
 
@@ -332,9 +333,11 @@ class NetCluster:
         self.wait_for(svc, "ready to serve client requests", timeout)
         return svc
 
-    def bookie_config(self, host: str, metadata: str, extra: str = "", *, listen_any: bool = False) -> Path:
+    def bookie_config(self, host: str, metadata: str, extra: str = "", *, listen_any: bool = False,
+                      scheme: str = "tcp") -> Path:
         """Write the config of a bookie on ``host`` and return its path. It advertises the host's
-        name (``NAME.cluster.test:3181``); ``listen_any`` binds 0.0.0.0 instead of the host's address."""
+        name (``NAME.cluster.test:3181``); ``listen_any`` binds 0.0.0.0 instead of the host's address;
+        ``scheme`` is the transport (``tcp+tls`` needs a ``[bookie.transport]`` table in ``extra``)."""
         h = self.host(host)
         d = self.workdir / f"bookie-{h.name}"
         d.mkdir(parents=True, exist_ok=True)
@@ -343,8 +346,8 @@ class NetCluster:
         path.write_text(
             "[bookie]\n"
             f'metadata = "{metadata}"\n'
-            f'listen = "tcp://{listen}"\n'
-            f'advertised_address = "tcp://{h.hostname}:{BOOKIE_PORT}"\n'
+            f'listen = "{scheme}://{listen}"\n'
+            f'advertised_address = "{scheme}://{h.hostname}:{BOOKIE_PORT}"\n'
             f'journal_dir = "{d / "journal"}"\n'
             f'ledger_dirs = ["{d / "ledgers"}"]\n'
             "flush_interval_ms = 10000\n"
@@ -354,9 +357,9 @@ class NetCluster:
         return path
 
     def start_bookie(self, host: str, metadata: str, extra: str = "", *, wait: bool = True,
-                     listen_any: bool = False) -> Service:
+                     listen_any: bool = False, scheme: str = "tcp") -> Service:
         """A bookie process on ``host`` (see :meth:`bookie_config`); waits until it is ready."""
-        config = self.bookie_config(host, metadata, extra, listen_any=listen_any)
+        config = self.bookie_config(host, metadata, extra, listen_any=listen_any, scheme=scheme)
         svc = self.popen(host, [sys.executable, "-m", "ledgerstore", "bookie", "--config", str(config)],
                          log=f"bookie-{host}.log", port=BOOKIE_PORT)
         if wait:
@@ -369,6 +372,33 @@ class NetCluster:
                                                   "initnewcluster"]), capture_output=True, text=True, timeout=60)
         if done.returncode:
             raise NetnsError(f"initnewcluster on {host} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    def make_certs(self, directory: str | Path, names: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+        """A throwaway CA (``directory/ca.pem``) and, for each host, a certificate and key naming
+        its hostname and address. ``names`` maps a host to the hostname its certificate names
+        instead (to test a mismatch). Returns host -> (cert file, key file)."""
+        names = names or {}
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            _run(["openssl", *args], check=True)
+
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+        openssl("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"), "-days", "2",
+                "-subj", "/CN=ledgerstore test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        made = {}
+        for h in self.hosts.values():
+            name = names.get(h.name, h.hostname)
+            ip = f",IP:{h.address}" if h.name not in names else ""
+            (d / f"{h.name}.ext").write_text(f"subjectAltName=DNS:{name}{ip}\nextendedKeyUsage=serverAuth,clientAuth\n")
+            key, csr, pem = (str(d / f"{h.name}.{x}") for x in ("key", "csr", "pem"))
+            openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+            openssl("x509", "-req", "-in", csr, "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+                    "-CAcreateserial", "-out", pem, "-days", "2", "-extfile", str(d / f"{h.name}.ext"))
+            made[h.name] = (pem, key)
+        return made
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -391,6 +421,34 @@ class NetCluster:
         for h in [self.host(host)] if host else self.hosts.values():
             cut(h, [])
             link(self.bridge_ns, h, up=True)
+
+
+def random_partitions(net: NetCluster, rnd: random.Random, victims: Sequence[str], peers: Sequence[str],
+                      seconds: float) -> list[str]:
+    """A randomized run of partitions for ``seconds``: at random moments one of ``victims`` goes
+    silent (link down) or is cut off from a random non-empty subset of ``peers``, and is healed
+    again before the next victim is chosen, so at most one victim is partitioned at a time. Every
+    choice comes from ``rnd`` (seed it to replay a run). Returns what was done, in order; leaves
+    everything healed."""
+    done: list[str] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(rnd.uniform(0.2, 1.0))
+            victim = rnd.choice(list(victims))
+            if rnd.random() < 0.5:
+                net.link_down(victim)
+                done.append(f"link down {victim}")
+            else:
+                cut_from = rnd.sample(list(peers), rnd.randint(1, len(peers)))
+                net.cut(victim, cut_from)
+                done.append(f"cut {victim} from {','.join(sorted(cut_from))}")
+            time.sleep(rnd.uniform(0.5, 3.0))
+            net.heal(victim)
+            done.append(f"heal {victim}")
+    finally:
+        net.heal()
+    return done
 
 
 def link(bridge_ns: str, host: Host, up: bool) -> None:
