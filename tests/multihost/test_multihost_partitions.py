@@ -88,8 +88,8 @@ def test_a_writer_cut_off_from_the_bookies_fails_its_adds_after_the_add_timeout(
     t0 = time.monotonic()
     stalled = writer.ask("append", n=20)
     elapsed = time.monotonic() - t0
-    assert stalled["acked"] == [] and stalled["error"] is not None, stalled
-    assert elapsed < 4 * ADD_TIMEOUT_S + ENSEMBLE_CHANGE_SLACK_S, elapsed
+    assert stalled["acked"] == [] and stalled["error"].startswith("AddFailedError"), stalled
+    assert elapsed < 2 * ADD_TIMEOUT_S + ENSEMBLE_CHANGE_SLACK_S, elapsed
     cluster.net.heal()
     last = _check_nothing_acknowledged_is_lost(cluster, ledger, acked)
     assert last <= 19 + 20
