@@ -38,7 +38,8 @@ class Agent:
 
     def __init__(self, net: NetCluster, host: str, metadata: str, **options: Any) -> None:
         options.setdefault("add_timeout_s", ADD_TIMEOUT_S)
-        options.setdefault("metadata_options", {"lease_ttl": LEASE_TTL_S, "operation_timeout": METADATA_TIMEOUT_S})
+        options.setdefault("metadata_options", {"session_timeout": LEASE_TTL_S,
+                                                "operation_timeout": METADATA_TIMEOUT_S})
         self.host = host
         self.svc: Service = net.popen(host, [sys.executable, AGENT, metadata, json.dumps(options)],
                                       log=f"agent-{host}-{time.monotonic_ns()}.log",

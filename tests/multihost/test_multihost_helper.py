@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ledgerstore.testing.netns import NETNS_ETC, STATE_DIR, NetCluster, netns_unavailable
+from tests.multihost.conftest import Agent
 
 pytestmark = pytest.mark.multihost
 
@@ -59,3 +60,21 @@ def test_hosts_resolve_each_other_and_nothing_else(net_cluster_factory: type[Net
     assert not net.can_connect("a", "b", 8000)
     net.heal("a")
     assert net.can_connect("a", "b", 8000)
+
+
+def test_bookies_and_clients_on_their_own_hosts_share_a_zookeeper_on_another(
+        net_cluster_factory: type[NetCluster]) -> None:
+    net = net_cluster_factory(["zk", "b1", "b2", "c1"]).start()
+    metadata = net.start_zookeeper("zk").uri("/ledgers", scheme="zk")
+    net.init_cluster("c1", metadata)
+    for b in ("b1", "b2"):
+        net.start_bookie(b, metadata, listen_any=True)  # binds 0.0.0.0, advertises its hostname
+    client = Agent(net, "c1", metadata)
+    assert client.ask("bookies")["bookies"] == ["b1.cluster.test:3181", "b2.cluster.test:3181"]
+    ledger = client.ask("create", e=2, qw=2, qa=2)["ledger"]
+    assert client.ask("append", n=10)["acked"] == list(range(10))
+    net.cut("c1", ["zk"])  # adds need the bookies only
+    assert client.ask("append", n=10)["acked"] == list(range(10, 20))
+    net.heal()
+    client.ask("close")
+    assert client.ask("read", ledger=ledger) == {"count": 20, "last": 19, "bad": []}

@@ -53,10 +53,12 @@ from types import TracebackType
 import pytest
 
 from ledgerstore.errors import LedgerStoreError
+from ledgerstore.testing.servers import DEFAULT_JAVA_HOME, ZOOKEEPER_JAR, zookeeper_command
 
 __all__ = [
     "BOOKIE_PORT",
     "ETCD_PORT",
+    "ZOOKEEPER_PORT",
     "Host",
     "NetCluster",
     "NetnsError",
@@ -332,6 +334,27 @@ class NetCluster:
         ], log=f"etcd-{h.name}.log", port=ETCD_PORT)
         self.wait_for(svc, "ready to serve client requests", timeout)
         return svc
+
+    def start_zookeeper(self, host: str, timeout: float = 60.0) -> Service:
+        """A standalone ZooKeeper serving clients on ``host``'s address, port :data:`ZOOKEEPER_PORT`."""
+        java_home = os.environ.get("LEDGERSTORE_TEST_JAVA_HOME", DEFAULT_JAVA_HOME)
+        if not os.path.exists(ZOOKEEPER_JAR) or not os.path.isdir(java_home):
+            raise NetnsError(f"ZooKeeper ({ZOOKEEPER_JAR}) or Java ({java_home}) is missing; run scripts/setup.sh")
+        h = self.host(host)
+        workdir = self.workdir / f"zookeeper-{h.name}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        argv, env = zookeeper_command(workdir, h.address, ZOOKEEPER_PORT, java_home=java_home)
+        svc = self.popen(host, argv, log=f"zookeeper-{h.name}.log", env=env, port=ZOOKEEPER_PORT)
+        deadline = time.monotonic() + timeout
+        probe = f"exec 3<>/dev/tcp/{h.address}/{ZOOKEEPER_PORT}; echo srvr >&3; cat <&3"
+        while True:
+            done = subprocess.run(self.command(host, ["timeout", "2", "bash", "-c", probe]),
+                                  capture_output=True, text=True, timeout=10)
+            if "Mode:" in done.stdout:
+                return svc
+            if svc.proc.poll() is not None or time.monotonic() > deadline:
+                raise NetnsError(f"ZooKeeper on {host} did not start: {svc.log_text()[-500:] or '(nothing logged)'}")
+            time.sleep(0.2)
 
     def bookie_config(self, host: str, metadata: str, extra: str = "", *, listen_any: bool = False,
                       scheme: str = "tcp") -> Path:

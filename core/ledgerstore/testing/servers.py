@@ -47,6 +47,7 @@ __all__ = [
     "etcd_server",
     "free_port",
     "make_pki",
+    "zookeeper_command",
     "zookeeper_server",
 ]
 
@@ -246,29 +247,7 @@ class ZooKeeperServer(_ServerProcess):
 
     def _prepare(self, workdir: Path) -> tuple[list[str], dict[str, str]]:
         self.port = free_port()
-        data = workdir / "data"
-        data.mkdir()
-        (workdir / "zoo.cfg").write_text(
-            f"tickTime={self.tick_time}\n"
-            f"dataDir={data}\n"
-            f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
-            "admin.enableServer=false\n"
-            "4lw.commands.whitelist=*\n"
-            # Tests create many short sessions from one address.
-            "maxClientCnxns=0\n"
-        )
-        classpath = [ZOOKEEPER_CONF_DIR, ZOOKEEPER_JAR]
-        if os.path.exists(SLF4J_BINDING_JAR):
-            classpath.append(SLF4J_BINDING_JAR)
-        argv = [
-            self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp", ":".join(classpath),
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(workdir / "zoo.cfg"),
-        ]
-        env = dict(os.environ, JAVA_HOME=self.java_home)
-        return argv, env
+        return zookeeper_command(workdir, "127.0.0.1", self.port, self.tick_time, self.java_home)
 
     def four_letter_word(self, word: str, timeout: float = 2.0) -> str:
         """Send a four-letter command (``srvr``, ``mntr``, ``cons``...) and return the answer."""
@@ -371,6 +350,34 @@ class EtcdServer(_ServerProcess):
                 return b'"health":"true"' in resp.read()
         except (OSError, urllib.error.URLError):
             return False
+
+
+def zookeeper_command(workdir: Path, address: str, port: int, tick_time: int = 500,
+                      java_home: str = DEFAULT_JAVA_HOME) -> tuple[list[str], dict[str, str]]:
+    """Write a standalone ZooKeeper's ``zoo.cfg`` (data in ``workdir/data``, clients served on
+    ``address:port``) and return the command line and environment that run it."""
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (workdir / "zoo.cfg").write_text(
+        f"tickTime={tick_time}\n"
+        f"dataDir={data}\n"
+        f"clientPort={port}\n"
+        f"clientPortAddress={address}\n"
+        "admin.enableServer=false\n"
+        "4lw.commands.whitelist=*\n"
+        # Tests create many short sessions from one address.
+        "maxClientCnxns=0\n"
+    )
+    classpath = [ZOOKEEPER_CONF_DIR, ZOOKEEPER_JAR]
+    if os.path.exists(SLF4J_BINDING_JAR):
+        classpath.append(SLF4J_BINDING_JAR)
+    argv = [
+        os.path.join(java_home, "bin", "java"), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp", ":".join(classpath),
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(workdir / "zoo.cfg"),
+    ]
+    return argv, dict(os.environ, JAVA_HOME=java_home)
 
 
 def make_pki(directory: str | Path) -> dict[str, str]:
