@@ -463,7 +463,8 @@ def random_partitions(net: NetCluster, rnd: random.Random, victims: Sequence[str
                 net.link_down(victim)
                 done.append(f"link down {victim}")
             else:
-                cut_from = rnd.sample(list(peers), rnd.randint(1, len(peers)))
+                others = [p for p in peers if p != victim]
+                cut_from = rnd.sample(others, rnd.randint(1, len(others)))
                 net.cut(victim, cut_from)
                 done.append(f"cut {victim} from {','.join(sorted(cut_from))}")
             time.sleep(rnd.uniform(0.5, 3.0))
