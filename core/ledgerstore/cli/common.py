@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ledgerstore.api import MetadataStore
 from ledgerstore.client.client import Client
@@ -110,8 +112,45 @@ async def cluster_client(**client_kwargs: Any) -> AsyncIterator[Client]:
         await client.close()
 
 
+_NAMED_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str, *, backslashes: bool = True) -> str:
+    """``text`` safe for a terminal and unambiguous: backslashes doubled, newlines and tabs as
+    ``\\n`` ``\\r`` ``\\t``, every other control, format, separator or unassigned character as
+    ``\\xNN`` / ``\\uNNNN`` / ``\\UNNNNNNNN``, and the lone surrogates ``surrogateescape`` makes of
+    bytes that are not UTF-8 as ``\\xNN`` of the original byte. Nothing in the result reaches the
+    terminal as an escape sequence. ``backslashes=False`` leaves backslashes alone, so text that
+    went through here once is unchanged by a second pass."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\\" and not backslashes:
+            out.append(ch)
+        elif ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif unicodedata.category(ch)[0] in "CZ" and ch != " ":
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def payload_text(data: bytes) -> str:
+    """Bytes as :func:`printable` text: UTF-8 where they are, ``\\xNN`` for each byte that is not."""
+    return printable(data.decode("utf-8", errors="surrogateescape"))
+
+
+def _cell(value: str) -> Text:
+    # Text, not a markup string: a value reading "[bold]" or "[/x]" is shown as written.
+    return Text(printable(value, backslashes=False))
+
+
 def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: str | None = None) -> None:
-    """Print ``data`` (a list of dicts, or a dict) as JSON or as a table."""
+    """Print ``data`` (a list of dicts, or a dict) as JSON or as a table. Table cells are data:
+    never read as rich markup, control characters shown escaped (:func:`printable`)."""
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -120,7 +159,7 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
         table.add_column("key", style="bold")
         table.add_column("value")
         for k, v in data.items():
-            table.add_row(str(k), v if isinstance(v, str) else json.dumps(v, default=str))
+            table.add_row(_cell(str(k)), _cell(v if isinstance(v, str) else json.dumps(v, default=str)))
         console.print(table)
         return
     rows = list(data)
@@ -129,7 +168,7 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
     for c in cols:
         table.add_column(c, overflow="fold")
     for r in rows:
-        table.add_row(*(str(r.get(c, "")) for c in cols))
+        table.add_row(*(_cell(str(r.get(c, ""))) for c in cols))
     console.print(table)
 
 

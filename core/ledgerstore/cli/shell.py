@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 from rich.progress import Progress
 
-from ledgerstore.cli.common import console, emit, handle_errors, run_async
+from ledgerstore.cli.common import console, emit, handle_errors, payload_text, run_async
 from ledgerstore.cli.shell_cookies import generatecookie, updatecookie
 from ledgerstore.cli.shell_health import HEALTH_CHECK_DISABLED, healthcheck
 from ledgerstore.cli.shell_ledgers import updatebookieinledger, updateledgers
@@ -92,6 +92,13 @@ BOOKKEEPER_LONG_FLAGS = {
     "output": "--output", "skipopenledgers": "--skipOpenLedgers", "ledger": "--ledger",
     "updatespersec": "--updatespersec", "printprogress": "--printprogress", "enable": "--enable",
     "disable": "--disable", "status": "--status", "logid": "--logId", "logfilename": "--logFilename",
+    "ensemble": "--ensemble", "writequorum": "--writeQuorum", "ackquorum": "--ackQuorum",
+    "numentries": "--numEntries", "dumptofile": "--dumptofile", "restorefromfile": "--restorefromfile",
+    "update": "--update", "msg": "--msg", "force-recovery": "--force-recovery",
+    "missingreplica": "--missingreplica", "excludingmissingreplica": "--excludingmissingreplica",
+    "printmissingreplica": "--printmissingreplica", "printreplicationworkerid": "--printreplicationworkerid",
+    "onlydisplayledgercount": "--onlydisplayledgercount", "entries": "--entries", "timeout": "--timeout",
+    "get": "--get", "set": "--set",
 }
 
 
@@ -140,10 +147,13 @@ def shell(ctx: click.Context, metadata: str | None, config: str | None) -> None:
 
 
 @shell.command()
-@click.option("-e", "--ensemble", default=3, show_default=True)
-@click.option("-w", "--write-quorum", default=2, show_default=True)
-@click.option("-a", "--ack-quorum", default=2, show_default=True)
-@click.option("-n", "--entries", default=100, show_default=True)
+@click.option("-e", "--ensemble", type=click.IntRange(min=1), default=3, show_default=True, help="ensemble size")
+@click.option("-w", "--write-quorum", "--writeQuorum", "write_quorum", type=click.IntRange(min=1), default=2,
+              show_default=True, help="write quorum size")
+@click.option("-a", "--ack-quorum", "--ackQuorum", "ack_quorum", type=click.IntRange(min=1), default=2,
+              show_default=True, help="ack quorum size")
+@click.option("-n", "--entries", "--numEntries", "entries", type=click.IntRange(min=0), default=100,
+              show_default=True, help="entries to write")
 @json_option
 @pass_ctx
 @handle_errors
@@ -300,12 +310,30 @@ def listledgers(sc: ShellContext, meta: bool, bookie_id: str | None, as_json: bo
 
 @shell.command()
 @click.option("-l", "--ledgerid", "ledger_id", type=int, required=True)
+@click.option("--dumptofile", "dump_to", type=click.Path(dir_okay=False),
+              help="write the ledger's stored metadata to this file (created with mode 0600)")
+@click.option("--restorefromfile", "restore_from", type=click.Path(dir_okay=False, exists=True),
+              help="write the metadata a --dumptofile file holds as this ledger's")
+@click.option("--update", is_flag=True, help="with --restorefromfile: overwrite the ledger's metadata if it exists")
 @json_option
 @pass_ctx
 @handle_errors
-def ledgermetadata(sc: ShellContext, ledger_id: int, as_json: bool) -> None:
-    """Print a ledger's metadata."""
-    md = sc.with_client(lambda c: c.ledger_metadata(ledger_id))
+def ledgermetadata(sc: ShellContext, ledger_id: int, dump_to: str | None, restore_from: str | None, update: bool,
+                   as_json: bool) -> None:
+    """Print a ledger's metadata, dump it to a file or restore it from one (BookKeeper's
+    ``-dumptofile`` / ``-restorefromfile [-update]``)."""
+    from ledgerstore.cli.shell_ledger_files import dump_ledger_metadata, restore_ledger_metadata
+
+    if dump_to and restore_from:
+        raise click.UsageError("give only one of -dumptofile and -restorefromfile")
+    if update and not restore_from:
+        raise click.UsageError("-update goes with -restorefromfile")
+    if restore_from:
+        md = sc.with_client(lambda c: restore_ledger_metadata(c, ledger_id, Path(restore_from), update))
+    else:
+        md = sc.with_client(lambda c: c.ledger_metadata(ledger_id))
+        if dump_to:
+            dump_ledger_metadata(md, Path(dump_to))
     emit(md.to_dict(), as_json, title=f"ledger {ledger_id}")
 
 
@@ -314,14 +342,20 @@ def ledgermetadata(sc: ShellContext, ledger_id: int, as_json: bool) -> None:
 @click.option("-fe", "--firstentryid", "first", type=int, default=0, show_default=True)
 @click.option("-le", "--lastentryid", "last", type=int, default=-1, help="default: the last entry")
 @click.option("-p", "--password", default="", help="ledger password (text)")
-@click.option("-r", "--recovery", is_flag=True, help="open with recovery (fences an open ledger)")
-@click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]), default="text", show_default=True)
+@click.option("-r", "--recovery", "--force-recovery", "recovery", is_flag=True,
+              help="open with recovery (fences an open ledger and closes it first)")
+@click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]), default=None,
+              help="how payloads are printed: text (escaped; the default), hex or base64")
+@click.option("-m", "--msg", is_flag=True, help="print each payload as text, escaped (BookKeeper's -msg)")
 @json_option
 @pass_ctx
 @handle_errors
-def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password: str, recovery: bool, fmt: str,
-               as_json: bool) -> None:
-    """Read entries of a ledger."""
+def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password: str, recovery: bool,
+               fmt: str | None, msg: bool, as_json: bool) -> None:
+    """Read entries of a ledger. Payloads are printed as data: as text with every control
+    character and non-UTF-8 byte escaped (``\\x1b``, ``\\n``, ``\\xff``), or as hex or base64."""
+    if msg and fmt not in (None, "text"):
+        raise click.UsageError(f"-msg prints payloads as text: it does not go with --format {fmt}")
 
     async def go(client: Any) -> list[Any]:
         rh = await client.open_ledger(ledger_id, password.encode(), recovery=recovery)
@@ -336,7 +370,7 @@ def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password
             return p.hex()
         if fmt == "base64":
             return base64.b64encode(p).decode()
-        return p.decode("utf-8", errors="backslashreplace")
+        return payload_text(p)
 
     rows = [{"entry_id": e.entry_id, "lac": e.last_add_confirmed, "size": len(e.payload), "payload": show(e.payload)}
             for e in entries]
@@ -604,13 +638,17 @@ def readjournal(bookie_config: str, limit: int, as_json: bool) -> None:
 
 @shell.command()
 @config_option
-@click.option("-f", "--force", is_flag=True, help="do not ask for confirmation")
-@click.option("--delete-cookie", is_flag=True, help="also delete the bookie's cookie from the cluster metadata")
+@click.option("-n", "--nonInteractive", "non_interactive", is_flag=True,
+              help="never ask: refuse if the directories hold data (unless -f)")
+@click.option("-f", "--force", is_flag=True, help="erase existing data without asking")
+@click.option("-d", "--delete-cookie", "--deleteCookie", "delete_cookie", is_flag=True,
+              help="also delete the bookie's cookie from the cluster metadata")
 @json_option
 @handle_errors
-def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: bool) -> None:
-    """Erase a (stopped) bookie's journal and ledger directories so it can join afresh. Refused,
-    naming its PID, while the bookie (or another tool) holds them."""
+def bookieformat(bookie_config: str, non_interactive: bool, force: bool, delete_cookie: bool, as_json: bool) -> None:
+    """Erase a (stopped) bookie's journal and ledger directories so it can join afresh. Asks first
+    when they hold data (``-n``: refuses instead, ``-f``: erases without asking). Refused, naming its
+    PID, while the bookie (or another tool) holds them."""
     import shutil
 
     from ledgerstore.bookie.dirlock import LOCK_FILE
@@ -620,8 +658,14 @@ def bookieformat(bookie_config: str, force: bool, delete_cookie: bool, as_json: 
     dirs = [Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)]
     lock = lock_bookie_dirs(cfg, "bookieformat")
     try:
-        if not force and not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
-            raise click.Abort()
+        has_data = any(p.name != LOCK_FILE for d in dirs if d.exists() for p in d.iterdir())
+        if has_data and not force:
+            if non_interactive:
+                from ledgerstore.errors import LedgerStoreError
+
+                raise LedgerStoreError(f"bookieformat refused: {', '.join(map(str, dirs))} hold data; pass -f to erase it")
+            if not click.confirm(f"erase {', '.join(map(str, dirs))}?", default=False):
+                raise click.Abort()
         for d in dirs:  # everything but the lock file we hold
             for p in list(d.iterdir()) if d.exists() else []:
                 if p.name == LOCK_FILE:
@@ -747,24 +791,45 @@ def _urm(client: Any) -> UnderReplicationManager:
 
 
 @shell.command()
-@click.option("--missing", "missing_bookie", default=None, help="only ledgers missing this bookie")
+@click.option("-mr", "--missingreplica", "--missing", "missing_bookie", default=None,
+              help="only ledgers missing this bookie")
+@click.option("-emr", "--excludingmissingreplica", "excluded_bookie", default=None,
+              help="leave out the ledgers missing this bookie")
+@click.option("-pmr", "--printmissingreplica", "print_missing", is_flag=True, help="print each ledger's missing bookies")
+@click.option("-prw", "--printreplicationworkerid", "print_worker", is_flag=True,
+              help="print the auto-recovery worker that has claimed each ledger")
+@click.option("-c", "--onlydisplayledgercount", "only_count", is_flag=True, help="print only how many ledgers")
 @json_option
 @pass_ctx
 @handle_errors
-def listunderreplicated(sc: ShellContext, missing_bookie: str | None, as_json: bool) -> None:
-    """List the ledgers marked under-replicated, with their missing bookies and claims."""
+def listunderreplicated(sc: ShellContext, missing_bookie: str | None, excluded_bookie: str | None, print_missing: bool,
+                        print_worker: bool, only_count: bool, as_json: bool) -> None:
+    """List the ledgers marked under-replicated (with ``--json``: every field of each marker)."""
 
     async def go(client: Any) -> list[dict[str, Any]]:
         return [m.to_dict() for m in await _urm(client).all()
-                if missing_bookie is None or missing_bookie in m.missing]
+                if (missing_bookie is None or missing_bookie in m.missing)
+                and (excluded_bookie is None or excluded_bookie not in m.missing)]
 
     rows = sc.with_client(go)
+    if only_count:
+        if as_json:
+            emit({"count": len(rows)}, True)
+        else:
+            console.print(f"{len(rows)} under-replicated ledgers")
+        return
+    if as_json:
+        emit(rows, True)
+        return
     for r in rows:
         r["missing"] = ",".join(r["missing"])
         r["owner"] = r["owner"] or ""
         r["since"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["since"]))
-    emit(rows, as_json, ["ledger_id", "missing", "since", "owner", "last_error"],
-         title=f"{len(rows)} under-replicated ledgers")
+    # Why a ledger is stuck, when the marker says so, else its last failure.
+    reason = ["reason"] if any(r.get("reason") for r in rows) else []
+    cols = (["ledger_id", "since"] + reason + ["last_error"] + (["missing"] if print_missing else [])
+            + (["owner"] if print_worker else []))
+    emit(rows, False, cols, title=f"{len(rows)} under-replicated ledgers")
 
 
 @shell.command()
@@ -866,18 +931,21 @@ def autorecovery_switch(sc: ShellContext, enable: bool | None, as_json: bool) ->
 
 
 @shell.command()
-@click.option("--set", "seconds", type=float, default=None, help="new delay in seconds (cluster-wide)")
+@click.option("-g", "--get", "get", is_flag=True, help="print the delay (also what the command does without flags)")
+@click.option("-s", "--set", "seconds", type=float, default=None, help="new delay in seconds (cluster-wide)")
 @click.option("--clear", is_flag=True, help="forget the cluster-wide value: each process's config rules")
 @json_option
 @pass_ctx
 @handle_errors
-def lostbookierecoverydelay(sc: ShellContext, seconds: float | None, clear: bool, as_json: bool) -> None:
+def lostbookierecoverydelay(sc: ShellContext, get: bool, seconds: float | None, clear: bool, as_json: bool) -> None:
     """Show or set how long a bookie must be gone before its ledgers are re-replicated."""
     from ledgerstore.errors import NoSuchKeyError
     from ledgerstore.recovery.markers import LOST_BOOKIE_DELAY
 
-    if seconds is not None and seconds < 0:
+    if seconds is not None and not seconds >= 0:  # NaN included
         raise click.BadParameter("must be >= 0", param_hint="--set")
+    if sum((get, seconds is not None, clear)) > 1:
+        raise click.UsageError("give only one of -get, -set and --clear")
 
     async def go(client: Any) -> float | None:
         urm = _urm(client)
@@ -978,7 +1046,9 @@ def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout
 
 
 @shell.command()
-@click.argument("bookie_id")
+@click.argument("bookie_id", required=False)
+@click.option("--bookieid", "bookie_opt", default=None,
+              help="the bookie to decommission (BookKeeper's -bookieid; default: the one --config names)")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="seconds")
 @click.option("--local-worker", is_flag=True,
               help="also copy from this process (otherwise the cluster's auto-recovery workers do it)")
@@ -989,14 +1059,27 @@ def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout
 @json_option
 @pass_ctx
 @handle_errors
-def decommissionbookie(sc: ShellContext, bookie_id: str, timeout: float, local_worker: bool, grace: float, rate: float,
-                       as_json: bool) -> None:
+def decommissionbookie(sc: ShellContext, bookie_id: str | None, bookie_opt: str | None, timeout: float,
+                       local_worker: bool, grace: float, rate: float, as_json: bool) -> None:
     """Move every ledger off a bookie (alive or dead), then delete its cookie. A live bookie
-    running auto-recovery turns read-only first; stop it once this is done."""
+    running auto-recovery turns read-only first; stop it once this is done. The bookie is named
+    as an argument, by ``-bookieid``, or (as BookKeeper's shell does on the bookie's own host) by
+    the bookie config given to ``--config``."""
     from ledgerstore.recovery.admin import decommission_bookie
 
+    if bookie_id and bookie_opt and bookie_id != bookie_opt:
+        raise click.UsageError(f"two bookies named: {bookie_id} and -bookieid {bookie_opt}")
+    bookie_id = bookie_id or bookie_opt
+    if bookie_id is None:
+        if not (sc.config and _is_bookie_config(sc.config)):
+            raise click.UsageError("name the bookie: decommissionbookie -bookieid HOST:PORT (or --config bookie.toml)")
+        from ledgerstore.config import load_bookie_config
+
+        bookie_id = bookie_id_of(load_bookie_config(sc.config))
+    target = bookie_id
+
     r = _run_with_progress(sc, f"decommissioning {bookie_id}", as_json, lambda client, update: decommission_bookie(
-        client, bookie_id, _recovery_settings(grace, rate), timeout, update, local_worker))
+        client, target, _recovery_settings(grace, rate), timeout, update, local_worker))
     if as_json:
         emit(r, True)
     else:
@@ -1008,12 +1091,17 @@ def decommissionbookie(sc: ShellContext, bookie_id: str, timeout: float, local_w
 @shell.command()
 @click.option("-b", "--bookie", "bookie_id", help="bookie id host:port (default: the one --bookie-config names)")
 @click.option("--bookie-config", type=click.Path(dir_okay=False, exists=True), help="the bookie's TOML config")
-@click.option("-n", "--entries", default=10, show_default=True)
+@click.option("-e", "-n", "--entries", type=click.IntRange(min=0), default=10, show_default=True,
+              help="entries to write and read back")
+@click.option("-t", "--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="seconds the writes, and then the reads, may take")
 @json_option
 @pass_ctx
 @handle_errors
-def bookiesanity(sc: ShellContext, bookie_id: str | None, bookie_config: str | None, entries: int, as_json: bool) -> None:
-    """Sanity test of one bookie: write entries to a ledger on it alone, read them back, delete it."""
+def bookiesanity(sc: ShellContext, bookie_id: str | None, bookie_config: str | None, entries: int, timeout: float,
+                 as_json: bool) -> None:
+    """Sanity test of one bookie: write entries to a ledger on it alone, read them back, delete it.
+    Exit 1, naming the step, when the writes or the reads take longer than ``-timeout`` seconds."""
     if bookie_id is None:
         if bookie_config is None:
             raise click.UsageError("give --bookie HOST:PORT or --bookie-config FILE")
@@ -1026,16 +1114,28 @@ def bookiesanity(sc: ShellContext, bookie_id: str | None, bookie_config: str | N
         if sc.metadata is None and sc.config is None:
             sc.metadata = cfg.metadata
 
-    async def go(client: Any) -> dict[str, Any]:
-        lh = await client.create_ledger(1, 1, 1, password=b"bookiesanity", bookies=[bookie_id])
-        payloads = [b"bookiesanity-%d" % i for i in range(entries)]
+    async def within(step: str, aw: Awaitable[T]) -> T:
         import asyncio
 
-        await asyncio.gather(*(lh.append_async(p) for p in payloads))
-        await lh.close()
-        rh = await client.open_ledger(lh.ledger_id, b"bookiesanity", recovery=False)
-        got = [e.payload for e in await rh.read(0, entries - 1)] if entries else []
-        await client.delete_ledger(lh.ledger_id)
+        from ledgerstore.errors import LedgerStoreError
+
+        try:
+            return await asyncio.wait_for(aw, timeout)
+        except TimeoutError:
+            raise LedgerStoreError(f"bookie {bookie_id} did not complete the {step} within {timeout:g}s") from None
+
+    async def go(client: Any) -> dict[str, Any]:
+        import asyncio
+
+        lh = await client.create_ledger(1, 1, 1, password=b"bookiesanity", bookies=[bookie_id])
+        try:
+            payloads = [b"bookiesanity-%d" % i for i in range(entries)]
+            await within("writes", asyncio.gather(*(lh.append_async(p) for p in payloads)))
+            await lh.close()
+            rh = await client.open_ledger(lh.ledger_id, b"bookiesanity", recovery=False)
+            got = [e.payload for e in await within("reads", rh.read(0, entries - 1))] if entries else []
+        finally:
+            await client.delete_ledger(lh.ledger_id)
         if got != payloads:
             from ledgerstore.errors import LedgerStoreError
 
