@@ -24,6 +24,7 @@ from ledgerstore.cli.shell_local import (
     lock_bookie_dirs,
     with_bookie_store,
 )
+from ledgerstore.cli.shell_metadata import metadata_copy, metadata_export, metadata_import
 from ledgerstore.cli.shell_storage import activeledgers, ledger_index, readlogmetadata
 from ledgerstore.recovery.markers import UnderReplicationManager
 
@@ -1151,3 +1152,6 @@ def bookiesanity(sc: ShellContext, bookie_id: str | None, bookie_config: str | N
 
 shell.add_command(updatecookie)
 shell.add_command(generatecookie)
+shell.add_command(metadata_export)
+shell.add_command(metadata_import)
+shell.add_command(metadata_copy)
