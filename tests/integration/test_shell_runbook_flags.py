@@ -296,6 +296,71 @@ def test_decommissionbookie_bookieid_and_the_bookie_config(cluster_factory) -> N
     assert unnamed.returncode == 2 and "-bookieid" in unnamed.stderr
 
 
+# --- the rest of BookKeeper's shell: clusterinfo, cookie_get/cookie_delete, recover -f, forceauditchecks -calc,
+# autorecovery -e/-d, listfilesondisc -txn/-log/-idx ------------------------------------------------------
+
+
+@pytest.fixture
+def ghost_cookie(shared_cluster: LocalCluster) -> Iterator[str]:
+    """A cookie of a bookie that is not running (unavailable, in BookKeeper's count)."""
+    from ledgerstore.aio import Client
+    from ledgerstore.meta.bookies import CookieManager
+
+    async def put(delete: bool) -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            cookies = CookieManager(client.store)
+            await (cookies.delete("ghost:1") if delete else cookies.put("ghost:1", {"bookie_id": "ghost:1"}))
+
+    asyncio.run(put(False))
+    yield "ghost:1"
+    asyncio.run(put(True))
+
+
+def test_clusterinfo_counts_bookies_as_bookkeeper_does(shared_cluster: LocalCluster, ghost_cookie: str,
+                                                       markers: tuple[int, int]) -> None:
+    assert _json(shared_cluster, "clusterinfo") == {
+        "auditorElected": False, "auditorId": "", "clusterUnderReplicated": True, "ledgerReplicationEnabled": True,
+        "totalBookiesCount": 4, "writableBookiesCount": 3, "readonlyBookiesCount": 0, "unavailableBookiesCount": 1}
+    assert "unavailableBookiesCount" in shell(shared_cluster, "clusterinfo").stdout
+
+
+def test_cookie_get_and_cookie_delete(shared_cluster: LocalCluster, ghost_cookie: str) -> None:
+    assert _json(shared_cluster, "cookie_get", ghost_cookie) == {"bookie_id": ghost_cookie}
+    running = shell(shared_cluster, "cookie_delete", "-f", shared_cluster.bookie_id(0), check=False)
+    assert running.returncode == 1 and "registered" in running.stderr
+    assert _json(shared_cluster, "cookie_get", shared_cluster.bookie_id(0))["bookie_id"] == shared_cluster.bookie_id(0)  # type: ignore[index]
+    assert _json(shared_cluster, "cookie_delete", "-f", ghost_cookie) == {"bookie_id": ghost_cookie, "cookie_deleted": True}
+    assert shell(shared_cluster, "cookie_get", ghost_cookie, check=False).returncode == 3
+    assert shell(shared_cluster, "cookie_delete", "-f", ghost_cookie, check=False).returncode == 3
+
+
+def test_recover_accepts_bookkeepers_force(shared_cluster: LocalCluster, closed_ledger: int) -> None:
+    md = _json(shared_cluster, "ledgermetadata", "-l", str(closed_ledger))
+    bookie = md["ensembles"][0][1][0]  # type: ignore[index]
+    rows = _json(shared_cluster, "recover", "-f", "-q", bookie)
+    assert closed_ledger in _ids(rows)
+
+
+def test_forceauditchecks_checkallledgerscheck(shared_cluster: LocalCluster) -> None:
+    assert _json(shared_cluster, "forceauditchecks", "-calc")["triggered"] is True  # type: ignore[index]
+    assert _json(shared_cluster, "forceauditchecks", "-checkallledgerscheck")["replicas"] is False  # type: ignore[index]
+
+
+def test_autorecovery_short_enable_and_disable(shared_cluster: LocalCluster) -> None:
+    assert _json(shared_cluster, "autorecovery", "-d") == {"enabled": False}
+    assert _json(shared_cluster, "autorecovery", "-e") == {"enabled": True}
+
+
+@pytest.mark.parametrize(("flag", "kind"), [("-txn", "journal"), ("-log", "entrylog"), ("-idx", "index")])
+def test_listfilesondisc_by_kind(shared_cluster: LocalCluster, closed_ledger: int, flag: str, kind: str) -> None:
+    rows = json.loads(ls("shell", "listfilesondisc", "--config", str(shared_cluster.config_path(0)), flag,
+                         "--json").stdout)
+    assert rows and {r["type"] for r in rows} == {kind}
+    everything = json.loads(ls("shell", "listfilesondisc", "--config", str(shared_cluster.config_path(0)),
+                               "--json").stdout)
+    assert {r["type"] for r in everything} >= {"journal", "entrylog"}
+
+
 def test_every_single_dash_flag_is_documented() -> None:
     from ledgerstore.cli.shell import BOOKKEEPER_LONG_FLAGS
 

@@ -14,6 +14,7 @@ import click
 from rich.progress import Progress
 
 from ledgerstore.cli.common import console, emit, handle_errors, payload_text, run_async
+from ledgerstore.cli.shell_cluster import clusterinfo, cookie_delete, cookie_get
 from ledgerstore.cli.shell_cookies import generatecookie, updatecookie
 from ledgerstore.cli.shell_health import HEALTH_CHECK_DISABLED, healthcheck
 from ledgerstore.cli.shell_ledgers import updatebookieinledger, updateledgers
@@ -99,7 +100,8 @@ BOOKKEEPER_LONG_FLAGS = {
     "missingreplica": "--missingreplica", "excludingmissingreplica": "--excludingmissingreplica",
     "printmissingreplica": "--printmissingreplica", "printreplicationworkerid": "--printreplicationworkerid",
     "onlydisplayledgercount": "--onlydisplayledgercount", "entries": "--entries", "timeout": "--timeout",
-    "get": "--get", "set": "--set",
+    "get": "--get", "set": "--set", "checkallledgerscheck": "--checkallledgerscheck", "journal": "--journal",
+    "entrylog": "--entrylog", "index": "--index",
 }
 
 
@@ -598,19 +600,28 @@ def lastmark(bookie_config: str, as_json: bool) -> None:
 
 @shell.command()
 @config_option
+@click.option("-txn", "--journal", "journal", is_flag=True, help="the journal files")
+@click.option("-log", "--entrylog", "entrylog", is_flag=True, help="the entry log files (*.log in the ledger directories)")
+@click.option("-idx", "--index", "index", is_flag=True, help="the other ledger-storage files (indexes, RocksDB files)")
 @json_option
 @handle_errors
-def listfilesondisc(bookie_config: str, as_json: bool) -> None:
-    """List the journal and ledger-storage files of a bookie."""
+def listfilesondisc(bookie_config: str, journal: bool, entrylog: bool, index: bool, as_json: bool) -> None:
+    """List the journal and ledger-storage files of a bookie (all of them, or the kinds asked for)."""
+    from ledgerstore.bookie.dirlock import LOCK_FILE
     from ledgerstore.config import load_bookie_config
 
     cfg = load_bookie_config(bookie_config)
+    wanted = {k for k, on in (("journal", journal), ("entrylog", entrylog), ("index", index)) if on} or {
+        "journal", "entrylog", "index"}
     rows = []
     for kind, root in [("journal", cfg.journal_dir), *(("ledgers", d) for d in cfg.ledger_dirs)]:
         for p in sorted(Path(root).rglob("*")):
-            if p.is_file():
-                rows.append({"kind": kind, "path": str(p), "bytes": p.stat().st_size})
-    emit(rows, as_json, ["kind", "path", "bytes"], title=f"{len(rows)} files")
+            if not p.is_file() or p.name == LOCK_FILE:
+                continue
+            what = "journal" if kind == "journal" else "entrylog" if p.suffix == ".log" else "index"
+            if what in wanted:
+                rows.append({"kind": kind, "type": what, "path": str(p), "bytes": p.stat().st_size})
+    emit(rows, as_json, ["kind", "type", "path", "bytes"], title=f"{len(rows)} files")
 
 
 @shell.command()
@@ -819,13 +830,13 @@ def listunderreplicated(sc: ShellContext, missing_bookie: str | None, excluded_b
         else:
             console.print(f"{len(rows)} under-replicated ledgers")
         return
-    if as_json:
-        emit(rows, True)
-        return
     for r in rows:
         r["missing"] = ",".join(r["missing"])
         r["owner"] = r["owner"] or ""
         r["since"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["since"]))
+    if as_json:
+        emit(rows, True)
+        return
     # Why a ledger is stuck, when the marker says so, else its last failure.
     reason = ["reason"] if any(r.get("reason") for r in rows) else []
     cols = (["ledger_id", "since"] + reason + ["last_error"] + (["missing"] if print_missing else [])
@@ -881,7 +892,8 @@ def triggeraudit(sc: ShellContext, replicas: bool, as_json: bool) -> None:
 
 
 @shell.command()
-@click.option("-apc", "--auditorperiodiccheck", is_flag=True, help="the full ledger check (always run)")
+@click.option("-calc", "-apc", "--checkallledgerscheck", "--auditorperiodiccheck", "auditorperiodiccheck", is_flag=True,
+              help="the full ledger check (always run)")
 @click.option("-rc", "--replicascheck", is_flag=True, help="also the replicas check")
 @json_option
 @pass_ctx
@@ -911,7 +923,7 @@ def queryautorecoverystatus(sc: ShellContext, verbose: bool, as_json: bool) -> N
 
 
 @shell.command("autorecovery")
-@click.option("--enable/--disable", "enable", default=None, help="switch auto-recovery on or off cluster-wide")
+@click.option("-e/-d", "--enable/--disable", "enable", default=None, help="switch auto-recovery on or off cluster-wide")
 @json_option
 @pass_ctx
 @handle_errors
@@ -1005,11 +1017,13 @@ def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
 @click.option("-sk", "--skipOpenLedgers", "skip_open", is_flag=True,
               help="leave open ledgers alone (their writers keep them; they are not fenced and closed)")
 @click.option("-l", "--ledger", "only_ledger", type=int, default=None, help="recover only this ledger")
+@click.option("-f", "--force", is_flag=True,
+              help="BookKeeper's 'recover without asking'; this command never asks, so runbooks' -f is accepted")
 @json_option
 @pass_ctx
 @handle_errors
 def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout: float, delete_cookie: bool,
-            query: bool, dryrun: bool, skip_open: bool, only_ledger: int | None, as_json: bool) -> None:
+            query: bool, dryrun: bool, skip_open: bool, only_ledger: int | None, force: bool, as_json: bool) -> None:
     """Re-replicate every ledger fragment of a dead bookie, from this process (no auditor needed)."""
     from ledgerstore.meta.ledgers import LedgerState
     from ledgerstore.recovery.admin import recover_bookie
@@ -1155,3 +1169,6 @@ shell.add_command(generatecookie)
 shell.add_command(metadata_export)
 shell.add_command(metadata_import)
 shell.add_command(metadata_copy)
+shell.add_command(clusterinfo)
+shell.add_command(cookie_get)
+shell.add_command(cookie_delete)
