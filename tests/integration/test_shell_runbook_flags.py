@@ -155,6 +155,34 @@ def test_readledger_force_recovery_closes_an_open_ledger(shared_cluster: LocalCl
         assert isinstance(md, dict) and md["state"] == "CLOSED"
 
 
+def test_readledger_bookie_reads_only_that_bookies_copy(shared_cluster: LocalCluster, closed_ledger: int,
+                                                        tmp_path: Path) -> None:
+    md = _json(shared_cluster, "ledgermetadata", "-l", str(closed_ledger))
+    ensemble = md["ensembles"][0][1]  # type: ignore[index]
+    for i, bookie in enumerate(ensemble):
+        # E=3, W=2: entry e is on ensemble[e % 3] and ensemble[(e + 1) % 3]
+        held = [e for e in range(3) if i in (e % 3, (e + 1) % 3)]
+        rows = _json(shared_cluster, "readledger", "-l", str(closed_ledger), "-p", "pw", "-bookie", bookie)
+        assert [(r["entry_id"], r["status"], r["payload"]) for r in rows] == [  # type: ignore[index]
+            (e, "ok", f"e{e}") for e in held]
+        short = _json(shared_cluster, "readledger", "-l", str(closed_ledger), "-p", "pw", "-b", bookie)
+        assert [r["entry_id"] for r in short] == held  # type: ignore[index, union-attr]
+    outsider = shell(shared_cluster, "readledger", "-l", str(closed_ledger), "-p", "pw", "-b", "nosuch:1", check=False)
+    assert outsider.returncode == 1 and "holds no fragment" in outsider.stderr
+    # metadata naming the bookie for a ledger it never stored: every entry it should hold is missing
+    dump = tmp_path / "md"
+    shell(shared_cluster, "ledgermetadata", "-l", str(closed_ledger), "-dumptofile", str(dump))
+    ghost = closed_ledger + 3_000_000
+    shell(shared_cluster, "ledgermetadata", "-l", str(ghost), "-restorefromfile", str(dump))
+    try:
+        rows = _json(shared_cluster, "readledger", "-l", str(ghost), "-p", "pw", "-b", ensemble[0])
+        assert [r["status"] for r in rows] == ["missing", "missing"]  # type: ignore[index]
+        table = shell(shared_cluster, "readledger", "-l", str(ghost), "-p", "pw", "-b", ensemble[0]).stdout
+        assert table.count("│ missing ") == 2 and "None" not in table
+    finally:
+        shell(shared_cluster, "deleteledger", "-l", str(ghost), "-f")
+
+
 def test_ledger_custom_metadata_is_shown_as_data(shared_cluster: LocalCluster, tmp_path: Path,
                                                  closed_ledger: int) -> None:
     dump = tmp_path / "md.json"

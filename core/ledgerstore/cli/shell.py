@@ -101,7 +101,7 @@ BOOKKEEPER_LONG_FLAGS = {
     "printmissingreplica": "--printmissingreplica", "printreplicationworkerid": "--printreplicationworkerid",
     "onlydisplayledgercount": "--onlydisplayledgercount", "entries": "--entries", "timeout": "--timeout",
     "get": "--get", "set": "--set", "checkallledgerscheck": "--checkallledgerscheck", "journal": "--journal",
-    "entrylog": "--entrylog", "index": "--index",
+    "entrylog": "--entrylog", "index": "--index", "bookie": "--bookie",
 }
 
 
@@ -350,23 +350,30 @@ def ledgermetadata(sc: ShellContext, ledger_id: int, dump_to: str | None, restor
 @click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]), default=None,
               help="how payloads are printed: text (escaped; the default), hex or base64")
 @click.option("-m", "--msg", is_flag=True, help="print each payload as text, escaped (BookKeeper's -msg)")
+@click.option("-b", "--bookie", "bookie_id", default=None,
+              help="read only from this bookie: the entries it should hold, straight from it (BookKeeper's -b)")
 @json_option
 @pass_ctx
 @handle_errors
 def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password: str, recovery: bool,
-               fmt: str | None, msg: bool, as_json: bool) -> None:
+               fmt: str | None, msg: bool, bookie_id: str | None, as_json: bool) -> None:
     """Read entries of a ledger. Payloads are printed as data: as text with every control
     character and non-UTF-8 byte escaped (``\\x1b``, ``\\n``, ``\\xff``), or as hex or base64."""
+    from ledgerstore.cli.shell_bookie_read import read_from_bookie
+
     if msg and fmt not in (None, "text"):
         raise click.UsageError(f"-msg prints payloads as text: it does not go with --format {fmt}")
 
-    async def go(client: Any) -> list[Any]:
+    async def go(client: Any) -> list[dict[str, Any]]:
         rh = await client.open_ledger(ledger_id, password.encode(), recovery=recovery)
         # Past the end stops at the last entry, as BookKeeper's readledger does.
         end = rh.last_add_confirmed if last < 0 else min(last, rh.last_add_confirmed)
-        return list(await rh.read(first, end)) if end >= first else []
+        if bookie_id is not None:
+            return await read_from_bookie(client, rh, bookie_id, first, end)
+        return [{"entry_id": e.entry_id, "status": "ok", "entry": e}
+                for e in (await rh.read(first, end) if end >= first else [])]
 
-    entries = sc.with_client(go)
+    found = sc.with_client(go)
 
     def show(p: bytes) -> str:
         if fmt == "hex":
@@ -375,9 +382,19 @@ def readledger(sc: ShellContext, ledger_id: int, first: int, last: int, password
             return base64.b64encode(p).decode()
         return payload_text(p)
 
-    rows = [{"entry_id": e.entry_id, "lac": e.last_add_confirmed, "size": len(e.payload), "payload": show(e.payload)}
-            for e in entries]
-    emit(rows, as_json, ["entry_id", "size", "payload"], title=f"ledger {ledger_id}: {len(rows)} entries")
+    rows = [{"entry_id": f["entry_id"], "lac": f["entry"].last_add_confirmed, "size": len(f["entry"].payload),
+             "payload": show(f["entry"].payload)} if f["entry"] is not None else
+            {"entry_id": f["entry_id"], "lac": None, "size": None, "payload": None} for f in found]
+    if bookie_id is None:
+        emit(rows, as_json, ["entry_id", "size", "payload"], title=f"ledger {ledger_id}: {len(rows)} entries")
+        return
+    for r, f in zip(rows, found, strict=True):
+        r["status"] = f["status"]
+    bad = sum(f["status"] != "ok" for f in found)
+    if not as_json:  # an entry the bookie lacks has no size or payload: blank cells, not "None"
+        rows = [{k: "" if v is None else v for k, v in r.items()} for r in rows]
+    emit(rows, as_json, ["entry_id", "status", "size", "payload"],
+         title=f"ledger {ledger_id} on {bookie_id}: {len(rows)} entries it should hold, {bad} missing or damaged")
 
 
 @shell.command()
