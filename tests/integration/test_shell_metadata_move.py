@@ -183,3 +183,12 @@ def test_metadata_copy_of_a_store_without_a_cluster_is_refused(tmp_path: Path) -
     same = ls("shell", "metadata-copy", "--from", f"sqlite://{tmp_path}/a.db", "--to", f"sqlite://{tmp_path}/a.db",
               check=False)
     assert same.returncode == 2
+
+
+def test_metadata_import_into_a_running_cluster_is_refused(shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    src = f"sqlite://{tmp_path}/src.db"
+    ls("shell", "--metadata", src, "initnewcluster")
+    backup = tmp_path / "b.json"
+    ls("shell", "--metadata", src, "metadata-export", "--to", str(backup))
+    out = ls("shell", "--metadata", shared_cluster.metadata, "metadata-import", "--from", str(backup), check=False)
+    assert out.returncode == 1 and "registered" in out.stderr and shared_cluster.bookie_id(0) in out.stderr
