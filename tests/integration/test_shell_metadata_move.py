@@ -192,3 +192,19 @@ def test_metadata_import_into_a_running_cluster_is_refused(shared_cluster: Local
     ls("shell", "--metadata", src, "metadata-export", "--to", str(backup))
     out = ls("shell", "--metadata", shared_cluster.metadata, "metadata-import", "--from", str(backup), check=False)
     assert out.returncode == 1 and "registered" in out.stderr and shared_cluster.bookie_id(0) in out.stderr
+
+
+def test_metadata_copy_takes_each_store_from_a_config(tmp_path: Path) -> None:
+    src, dst = f"sqlite://{tmp_path}/src.db", f"sqlite://{tmp_path}/dst.db"
+    iid = json.loads(ls("shell", "--metadata", src, "initnewcluster", "--json").stdout)["instance_id"]
+    client_toml = tmp_path / "client.toml"
+    client_toml.write_text(f'[client]\nmetadata = "{src}"\n')
+    bookie_toml = tmp_path / "bookie.toml"
+    bookie_toml.write_text(f'[bookie]\nmetadata = "{dst}"\nlisten = "tcp://127.0.0.1:3181"\njournal_dir = "j"\n'
+                           'ledger_dirs = ["l"]\n')
+    out = json.loads(ls("shell", "metadata-copy", "--from-config", str(client_toml), "--to-config", str(bookie_toml),
+                        "--json").stdout)
+    assert out["copied"] is True and out["instance_id"] == iid and out["target"] == dst
+    assert json.loads(ls("shell", "--metadata", dst, "whatisinstanceid", "--json").stdout)["instance_id"] == iid
+    neither = ls("shell", "metadata-copy", "--to", f"sqlite://{tmp_path}/x.db", check=False)
+    assert neither.returncode == 2 and "--from-config" in neither.stderr

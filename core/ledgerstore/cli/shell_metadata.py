@@ -40,12 +40,26 @@ T = TypeVar("T")
 LIVE = (layout.AVAILABLE, CANDIDATES)
 
 
+def store_of_config(path: str, uri: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The metadata URI (``uri`` if given) and store options a client's or a bookie's TOML config names."""
+    from ledgerstore.cli.shell import _is_bookie_config
+
+    if _is_bookie_config(path):
+        from ledgerstore.config import load_bookie_config
+
+        bookie = load_bookie_config(path)
+        return uri or bookie.metadata, dict(bookie.metadata_options)
+    from ledgerstore.config import load_client_config
+
+    client = load_client_config(path, **({"metadata": uri} if uri else {}))
+    return client.metadata, dict(client.metadata_options)
+
+
 def _store_of(sc: Any) -> tuple[str, dict[str, Any]]:
     """The metadata URI and store options the shell's ``--metadata`` / ``--config`` name."""
-    kwargs = sc.client_kwargs()
-    if "config" in kwargs:
-        return kwargs["config"].metadata, dict(kwargs["config"].metadata_options)
-    return kwargs["metadata"], {}
+    if sc.config:
+        return store_of_config(sc.config, sc.metadata)
+    return sc.client_kwargs()["metadata"], {}
 
 
 def _open(uri: str, options: dict[str, Any]) -> MetadataStore:
@@ -136,20 +150,35 @@ def metadata_import(sc: Any, from_file: str, as_json: bool) -> None:
 
 
 @click.command("metadata-copy")
-@click.option("--from", "from_uri", required=True, help="the source metadata URI (an offline cluster)")
-@click.option("--to", "to_uri", required=True, help="the target metadata URI (an empty store)")
+@click.option("--from", "from_uri", help="the source metadata URI (an offline cluster)")
+@click.option("--to", "to_uri", help="the target metadata URI (an empty store)")
+@click.option("--from-config", type=click.Path(dir_okay=False, exists=True),
+              help="a client's or bookie's TOML config naming the source and its store options (TLS, auth)")
+@click.option("--to-config", type=click.Path(dir_okay=False, exists=True),
+              help="a client's or bookie's TOML config naming the target and its store options")
 @json_option
 @handle_errors
-def metadata_copy(from_uri: str, to_uri: str, as_json: bool) -> None:
+def metadata_copy(from_uri: str | None, to_uri: str | None, from_config: str | None, to_config: str | None,
+                  as_json: bool) -> None:
     """Copy the whole cluster metadata from one store to another (any backends), then read the
     target back and compare. Offline only; the target must be empty."""
     from ledgerstore.errors import ConfigError
 
+    def side(uri: str | None, config: str | None, name: str) -> tuple[str, dict[str, Any]]:
+        if config:
+            return store_of_config(config, uri)
+        if not uri:
+            raise click.UsageError(f"give --{name} URI or --{name}-config FILE")
+        return uri, {}
+
+    from_uri, from_options = side(from_uri, from_config, "from")
+    to_uri, to_options = side(to_uri, to_config, "to")
     if from_uri == to_uri:
         raise ConfigError(f"--from and --to are the same store: {from_uri}")
     _refuse_missing_source(from_uri)
     t0 = time.monotonic()
-    snap = asyncio.run(_on(from_uri, {}, lambda store: read_snapshot(store, LIVE, from_uri)))
-    counts = asyncio.run(_import(snap, to_uri, {}))
+    source = from_uri
+    snap = asyncio.run(_on(source, from_options, lambda store: read_snapshot(store, LIVE, source)))
+    counts = asyncio.run(_import(snap, to_uri, to_options))
     _report("copied", snap, counts, f"from {from_uri} to {to_uri}", time.monotonic() - t0, as_json,
             source=from_uri, target=to_uri)
