@@ -48,6 +48,7 @@ from ledgerstore.latency import (
     bookkeeper_gauge,
     histogram_families,
 )
+from ledgerstore.recovery.stuck import REASONS
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +372,11 @@ def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
         bookkeeper_counter("replication_worker_NUM_BYTES_WRITTEN",
                            "Bytes written by the replicator (BookKeeper's name).", ws.get("bytes", 0)),
     ]
+    stuck = GaugeMetricFamily("ledgerstore_replication_stuck_ledgers", "Ledgers this process's replication worker "
+                              "last failed to re-replicate, by reason (see listunderreplicated).", labels=["reason"])
+    for reason in REASONS:
+        stuck.add_metric([reason], sum(r == reason for r in getattr(worker, "stuck", {}).values()))
+    out.append(stuck)
     # the service keeps its last Auditor object after losing an election: ask who is elected now
     auditor = getattr(service, "auditor", None) if getattr(service, "is_auditor", False) else None
     out.append(_gauge("ledgerstore_auditor_elected", "1 while this process runs the elected auditor.",

@@ -854,9 +854,9 @@ def listunderreplicated(sc: ShellContext, missing_bookie: str | None, excluded_b
     if as_json:
         emit(rows, True)
         return
-    # Why a ledger is stuck, when the marker says so, else its last failure.
-    reason = ["reason"] if any(r.get("reason") for r in rows) else []
-    cols = (["ledger_id", "since"] + reason + ["last_error"] + (["missing"] if print_missing else [])
+    # Why a ledger is stuck (the worker's reason and its failed attempts), when the marker says so.
+    stuck = ["stuck_reason", "failures"] if any(r.get("stuck_reason") for r in rows) else []
+    cols = (["ledger_id", "since"] + stuck + ["last_error"] + (["missing"] if print_missing else [])
             + (["owner"] if print_worker else []))
     emit(rows, False, cols, title=f"{len(rows)} under-replicated ledgers")
 

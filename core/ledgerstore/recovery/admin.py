@@ -1,5 +1,10 @@
 """Operator actions on top of the markers and workers: recover a dead bookie from this process,
-and decommission a bookie (dead or alive) through the cluster's workers. Used by the shell."""
+and decommission a bookie (dead or alive) through the cluster's workers. Used by the shell.
+
+Both ask placement first whether every ledger naming the bookie can get a replacement, and
+refuse at once, naming the ledgers and why, when one cannot (a 3-bookie cluster with E=3
+ledgers); while draining they give up as soon as a worker finds a ledger stuck for want of
+bookies, instead of waiting out their timeout."""
 
 from __future__ import annotations
 
@@ -13,10 +18,11 @@ from typing import Any
 
 from ledgerstore.client.client import Client
 from ledgerstore.config import AutoRecoveryConfig
-from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
+from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError, NotEnoughBookiesError
 from ledgerstore.meta.bookies import CookieManager
 from ledgerstore.meta.ledgers import LedgerMetadata
-from ledgerstore.recovery.markers import UnderReplicationManager
+from ledgerstore.recovery.markers import Marker, UnderReplicationManager
+from ledgerstore.recovery.stuck import NOT_ENOUGH_BOOKIES, no_replacement
 from ledgerstore.recovery.worker import ReplicationWorker
 
 #: ``progress(done, total)``: ledgers no longer referencing the bookie out of those that did
@@ -25,6 +31,10 @@ Progress = Callable[[int, int], None]
 
 class BookieNotFoundError(LedgerStoreError):
     """No ledger, cookie or registration names the bookie."""
+
+
+class PlacementShortfallError(LedgerStoreError):
+    """Placement cannot move some ledgers off the bookie: the action could never finish."""
 
 
 #: which ledgers an operator action covers, from their metadata (``recover -l`` / ``-sk``)
@@ -45,8 +55,44 @@ async def ledgers_referencing(client: Client, bookie_id: str, keep: LedgerFilter
     return out
 
 
-async def _markers_naming(urm: UnderReplicationManager, bookie_id: str) -> set[int]:
-    return {m.ledger_id for m in await urm.all() if bookie_id in m.missing}
+async def _markers_naming(urm: UnderReplicationManager, bookie_id: str) -> dict[int, Marker]:
+    return {m.ledger_id: m for m in await urm.all() if bookie_id in m.missing}
+
+
+async def placement_shortfall(client: Client, bookie_id: str, ledger_ids: list[int]) -> dict[int, str]:
+    """``{ledger id: why}`` for the ledgers among ``ledger_ids`` one of whose fragments naming
+    ``bookie_id`` has no replacement for it among the other writable bookies (as the workers
+    choose: outside the fragment's ensemble and away from bookies being decommissioned)."""
+    store = client.store
+    assert store is not None, "the client is not started"
+    bookies = [b for b in await client.bookie_infos(max_age=0) if b.bookie_id != bookie_id]
+    exclude = frozenset({bookie_id} | await UnderReplicationManager(store).decommissioning())
+    out: dict[int, str] = {}
+    for lid in ledger_ids:
+        try:
+            md = await client.ledgers.read(lid)
+        except NoSuchLedgerError:
+            continue
+        for _first, ensemble in md.ensembles:
+            if bookie_id not in ensemble:
+                continue
+            index = list(ensemble).index(bookie_id)
+            try:
+                client.placement.replace_bookie(list(ensemble), md.write_quorum, md.ack_quorum, index, bookies,
+                                                exclude)
+            except NotEnoughBookiesError as exc:
+                out[lid] = str(no_replacement(lid, ensemble, index, bookies, exclude, exc))
+                break
+    return out
+
+
+def _shortfall_error(what: str, bookie_id: str, why: dict[int, str]) -> PlacementShortfallError:
+    ids = sorted(why)
+    shown = ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
+    return PlacementShortfallError(
+        f"{what} of bookie {bookie_id} cannot finish: {len(ids)} ledgers ({shown}) have no replacement for it; "
+        f"ledger {ids[0]}: {why[ids[0]]}. Add writable bookies (or see docs/autorecovery.md on sizing E), "
+        "then try again")
 
 
 async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, timeout: float,
@@ -60,9 +106,13 @@ async def _drain(client: Client, urm: UnderReplicationManager, bookie_id: str, t
         seen |= set(refs)
         for lid in refs:
             await urm.mark(lid, {bookie_id})
-        pending = await _markers_naming(urm, bookie_id)
+        markers = await _markers_naming(urm, bookie_id)
+        pending = set(markers)
         if keep is not None:  # the ledgers left out are not waited for, whoever marked them
             pending &= seen
+        stuck = {lid: markers[lid].last_error for lid in pending if markers[lid].stuck_reason == NOT_ENOUGH_BOOKIES}
+        if stuck:  # placement changed under us (a bookie went away): no point waiting
+            raise _shortfall_error(what, bookie_id, stuck)
         left = set(refs) | pending
         if progress is not None:
             progress(len(seen - left), len(seen))
@@ -87,8 +137,12 @@ async def recover_bookie(client: Client, bookie_id: str, settings: AutoRecoveryC
     if bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}:
         raise LedgerStoreError(f"bookie {bookie_id} is registered (alive): stop it first, or use decommissionbookie")
     cookies = CookieManager(store)
-    if await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
+    refs = await ledgers_referencing(client, bookie_id, keep)
+    if await cookies.get(bookie_id) is None and not refs and not await ledgers_referencing(client, bookie_id):
         raise BookieNotFoundError(f"no cookie and no ledger names bookie {bookie_id}")
+    short = await placement_shortfall(client, bookie_id, refs)
+    if short:
+        raise _shortfall_error("recovery", bookie_id, short)
     worker = ReplicationWorker(client, settings, f"recover-{socket.gethostname()}-{os.getpid()}",
                                only={bookie_id}, obey_switch=False)
     task = asyncio.get_running_loop().create_task(worker.run())
@@ -118,8 +172,12 @@ async def decommission_bookie(client: Client, bookie_id: str, settings: AutoReco
     urm = UnderReplicationManager(store)
     cookies = CookieManager(store)
     registered = bookie_id in {b.bookie_id for b in await client.bookie_infos(max_age=0)}
-    if not registered and await cookies.get(bookie_id) is None and not await ledgers_referencing(client, bookie_id):
+    refs = await ledgers_referencing(client, bookie_id)
+    if not registered and await cookies.get(bookie_id) is None and not refs:
         raise BookieNotFoundError(f"no registration, cookie or ledger names bookie {bookie_id}")
+    short = await placement_shortfall(client, bookie_id, refs)
+    if short:  # before anything is changed: the bookie is not turned read-only for nothing
+        raise _shortfall_error("decommissioning", bookie_id, short)
     await urm.start_decommission(bookie_id)
     task = None
     if local_worker:

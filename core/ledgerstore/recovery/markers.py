@@ -117,10 +117,18 @@ class Marker:
     #: the incarnation of each missing bookie when it was found missing (informational: the
     #: worker decides by the bookie's :class:`LossRecord`)
     incarnations: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    #: why the ledger cannot be re-replicated now (a reason of ``stuck.py``; "" = not stuck),
+    #: and the failures in a row behind it (the backoff grows with them). Markers written before
+    #: these fields existed read as not stuck.
+    stuck_reason: str = ""
+    failures: int = 0
     version: int | None = None
 
-    def claimable(self, now: float) -> bool:
-        return (self.owner is None or self.lease_until <= now) and self.not_before <= now
+    def claimable(self, now: float, ignore_backoff: bool = False) -> bool:
+        """Free to take: no live lease, and past ``not_before`` (a stuck marker's backoff is
+        skipped with ``ignore_backoff``, when something that may unstick it changed)."""
+        backed_off = ignore_backoff and bool(self.stuck_reason)
+        return (self.owner is None or self.lease_until <= now) and (backed_off or self.not_before <= now)
 
     def busy_until(self) -> float:
         """Wall-clock time before which no worker may take the marker."""
@@ -137,6 +145,8 @@ class Marker:
             "last_error": self.last_error,
             "not_before": self.not_before,
             "incarnations": self.incarnations,
+            "stuck_reason": self.stuck_reason,
+            "failures": self.failures,
         }
         return json.dumps(d, separators=(",", ":")).encode()
 
@@ -154,6 +164,8 @@ class Marker:
                 last_error=str(d.get("last_error", "")),
                 not_before=float(d.get("not_before", 0.0)),
                 incarnations={str(k): None if v is None else str(v) for k, v in d.get("incarnations", {}).items()},
+                stuck_reason=str(d.get("stuck_reason", "")),
+                failures=int(d.get("failures", 0)),
                 version=version,
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -219,15 +231,17 @@ class UnderReplicationManager:
         return out
 
     async def claim(self, ledger_id: int, owner: str, lease_s: float,
-                    accept: Callable[[Marker], bool] | None = None) -> tuple[Marker | None, float]:
-        """Take the marker for ``owner`` if it is claimable (and ``accept``-ed). Returns the
-        claimed marker, or None and the wall-clock time worth waiting for before trying again."""
+                    accept: Callable[[Marker], bool] | None = None,
+                    ignore_backoff: bool = False) -> tuple[Marker | None, float]:
+        """Take the marker for ``owner`` if it is claimable (and ``accept``-ed; a stuck one
+        before its backoff ends with ``ignore_backoff``). Returns the claimed marker, or None and
+        the wall-clock time worth waiting for before trying again."""
         got = await self.store.get(marker_path(ledger_id))
         if got is None:
             return None, float("inf")
         m = Marker.from_bytes(got.value, got.version)
         now = self.clock()
-        if not m.claimable(now):
+        if not m.claimable(now, ignore_backoff):
             return None, m.busy_until()
         if accept is not None and not accept(m):
             return None, float("inf")
@@ -258,9 +272,15 @@ class UnderReplicationManager:
                 m.missing = sorted(set(m.missing) | set(fresh.missing))
                 m.version = fresh.version
 
-    async def release(self, m: Marker, owner: str, error: str = "", not_before: float = 0.0) -> None:
-        """Give the marker back (unclaimed) so any worker may retry it from ``not_before`` on."""
+    async def release(self, m: Marker, owner: str, error: str = "", not_before: float = 0.0,
+                      stuck_reason: str | None = None, failures: int | None = None) -> None:
+        """Give the marker back (unclaimed) so any worker may retry it from ``not_before`` on,
+        recording why it is stuck and its failures in a row when given."""
         m.owner, m.lease_until, m.last_error, m.not_before = None, 0.0, error[:500], not_before
+        if stuck_reason is not None:
+            m.stuck_reason = stuck_reason
+        if failures is not None:
+            m.failures = failures
         try:
             await self.update(m, owner)
         except ReplicationError:

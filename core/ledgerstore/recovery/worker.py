@@ -9,6 +9,11 @@ verified, written as-is with a recovery add), throttled, and then swaps the book
 fragment by compare-and-set on the ledger metadata (re-reading and redoing the swap on a version
 conflict).
 
+A ledger that fails is backed off from, exponentially up to a cap, by every worker alike: the
+failure count and its reason live in the marker (see ``stuck.py``). A worker warns once when a
+ledger becomes stuck and once when it is re-replicated after all, and retries stuck ledgers at
+once when the registered bookies change (a bookie added may be the replacement they lacked).
+
 The last fragment of an open ledger is never swapped: it is left to its writer (who replaces a
 failed bookie by an ensemble change) for the grace period, and after that the worker recovers the
 ledger exactly as ``open_ledger(recovery=True)`` does: fence and read the ensemble the metadata
@@ -36,6 +41,7 @@ from ledgerstore.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
 )
+from ledgerstore.meta import layout
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import notify
 from ledgerstore.proto.digest import DigestManager, master_key
@@ -44,6 +50,14 @@ from ledgerstore.recovery.markers import (
     Marker,
     ReplicationError,
     UnderReplicationManager,
+)
+from ledgerstore.recovery.stuck import (
+    OTHER,
+    NoPasswordError,
+    NoReadableReplicaError,
+    backoff_s,
+    no_replacement,
+    reason_of,
 )
 
 log = logging.getLogger(__name__)
@@ -105,7 +119,11 @@ class ReplicationWorker:
         self.throttle = Throttle(settings.rereplication_entries_per_s)
         self._busy_until: dict[int, float] = {}
         self._wake = asyncio.Event()
+        #: the registered bookies changed: stuck ledgers are retried before their backoff ends
+        self._bookies_changed = False
         self.stats = {"ledgers": 0, "fragments": 0, "entries": 0, "bytes": 0, "failures": 0}
+        #: ledger id -> stuck reason, of the ledgers this worker last failed on (the gauge)
+        self.stuck: dict[int, str] = {}
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -113,6 +131,7 @@ class ReplicationWorker:
         store = self.client.store
         assert store is not None
         sub = await store.watch(MARKERS, lambda _n: self._wake.set())
+        bookies_sub = await store.watch(layout.AVAILABLE, lambda _n: self._on_bookies_changed())
         active: dict[int, asyncio.Task[None]] = {}
         try:
             while True:
@@ -135,23 +154,33 @@ class ReplicationWorker:
                 await asyncio.sleep(0.05)  # coalesce bursts of marker notifications
         finally:
             sub.cancel()
+            bookies_sub.cancel()
             for t in active.values():
                 t.cancel()
             for t in active.values():
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
+    def _on_bookies_changed(self) -> None:
+        self._bookies_changed = True
+        self._wake.set()
+
     async def _claim_some(self, active: dict[int, asyncio.Task[None]]) -> None:
         ids = await self.markers.ledger_ids()
+        for gone in self.stuck.keys() - set(ids):  # re-replicated by another worker, or deleted
+            del self.stuck[gone]
         random.shuffle(ids)  # workers spread over the markers instead of all racing for the first
         only = self.only
         accept = None if only is None else (lambda m: bool(set(m.missing) & only))
+        early, self._bookies_changed = self._bookies_changed, False
+        if early:
+            self._busy_until.clear()
         for lid in ids:
             if len(active) >= self.settings.parallel_ledgers:
                 return
             if lid in active or self._busy_until.get(lid, 0.0) > self.clock():
                 continue
-            m, busy_until = await self.markers.claim(lid, self.worker_id, self.settings.lease_s, accept)
+            m, busy_until = await self.markers.claim(lid, self.worker_id, self.settings.lease_s, accept, early)
             if m is None:
                 self._busy_until[lid] = busy_until
                 continue
@@ -160,28 +189,46 @@ class ReplicationWorker:
     async def _handle(self, m: Marker) -> None:
         lock = asyncio.Lock()
         renewer = asyncio.get_running_loop().create_task(self._renew(m, lock))
+        was_stuck = m.stuck_reason
         try:
             if await self.process(m, lock):
                 self.stats["ledgers"] += 1
+                self.stuck.pop(m.ledger_id, None)
+                if was_stuck:
+                    log.warning("ledger %d is no longer stuck: re-replicated after %d failed attempts (it was: %s)",
+                                m.ledger_id, m.failures, m.last_error or was_stuck)
         except _Deferred as d:
             renewer.cancel()
             async with lock:
                 await self.markers.release(m, self.worker_id, "open ledger: waiting for its grace period", d.until)
         except LedgerStoreError as exc:
-            self.stats["failures"] += 1
-            log.warning("re-replication of ledger %d failed (will retry): %s", m.ledger_id, exc)
             renewer.cancel()
             async with lock:
-                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", self.clock() + 2.0)
+                await self._failed(m, reason_of(exc), f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug must not leave the marker claimed until its lease lapses
             log.exception("re-replication of ledger %d failed unexpectedly", m.ledger_id)
             renewer.cancel()
             async with lock:
-                await self.markers.release(m, self.worker_id, f"{type(exc).__name__}: {exc}", self.clock() + 10.0)
+                await self._failed(m, OTHER, f"{type(exc).__name__}: {exc}")
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer
+
+    async def _failed(self, m: Marker, reason: str, error: str) -> None:
+        """Give a failed ledger's marker back with its backoff, warning only when the ledger
+        becomes stuck or its reason changes (later failures of the same kind are quiet)."""
+        self.stats["failures"] += 1
+        failures = m.failures + 1
+        wait = backoff_s(failures)
+        if reason != m.stuck_reason:
+            log.warning("ledger %d is stuck: it cannot be re-replicated (%s); retrying with backoff (next in %.0fs, "
+                        "at once when bookies change), quiet until it is unstuck", m.ledger_id, error, wait)
+        else:
+            log.debug("ledger %d still stuck after %d attempts (%s); next try in %.0fs", m.ledger_id, failures,
+                      error, wait)
+        self.stuck[m.ledger_id] = reason
+        await self.markers.release(m, self.worker_id, error, self.clock() + wait, reason, failures)
 
     async def _renew(self, m: Marker, lock: asyncio.Lock) -> None:
         while True:
@@ -256,7 +303,7 @@ class ReplicationWorker:
     @staticmethod
     def _password(md: LedgerMetadata) -> bytes:
         if md.password is None:
-            raise ReplicationError(
+            raise NoPasswordError(
                 f"ledger {md.ledger_id} has no password in its metadata (created with "
                 "store_password_in_metadata = false), so it cannot be re-replicated automatically")
         return base64.b64decode(md.password)
@@ -264,14 +311,14 @@ class ReplicationWorker:
     async def _choose(self, md: LedgerMetadata, ensemble: list[str], index: int, exclude: set[str]) -> str:
         bookies = await self.client.bookie_infos(max_age=0)
         decommissioning = await self.markers.decommissioning()
+        shut_out = frozenset(exclude | decommissioning)
         try:
             # through the client's health, as the writer's ensemble changes: a bookie its health
             # check quarantined is left out while enough others exist
             return self.client.health.replace_bookie(
-                self.client.placement, ensemble, md.write_quorum, md.ack_quorum, index, bookies,
-                exclude=frozenset(exclude | decommissioning))
+                self.client.placement, ensemble, md.write_quorum, md.ack_quorum, index, bookies, exclude=shut_out)
         except NotEnoughBookiesError as exc:
-            raise ReplicationError(f"no replacement for {ensemble[index]} in ledger {md.ledger_id}: {exc}") from exc
+            raise no_replacement(md.ledger_id, ensemble, index, bookies, shut_out, exc) from exc
 
     async def _replace(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
                        index: int, missing: set[str]) -> str:
@@ -380,4 +427,4 @@ class ReplicationWorker:
                 seen.append(f"{bid}: {exc}")
                 continue
             return data
-        raise ReplicationError(f"no readable replica of entry {eid} of ledger {md.ledger_id}: {'; '.join(seen)}")
+        raise NoReadableReplicaError(f"no readable replica of entry {eid} of ledger {md.ledger_id}: {'; '.join(seen)}")
