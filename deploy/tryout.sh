@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Try the 3-bookie + ZooKeeper example on one machine, from its config files.
-#   deploy/tryout.sh            start ZooKeeper and 3 bookies, run simpletest, serve until Ctrl-C
+# Try the 4-bookie + ZooKeeper example on one machine, from its config files.
+#   deploy/tryout.sh            start ZooKeeper and 4 bookies (auto-recovery on in each), run simpletest, serve until Ctrl-C
 #   deploy/tryout.sh --check    the same, then stop everything and exit (used by the tests)
 # Ports: ZK_PORT (default 2181), BOOKIE_PORT_BASE (3181), HTTP_PORT_BASE (8001). Everything it starts
 # is stopped by PID when it exits.
@@ -43,7 +43,7 @@ metadata="zk://127.0.0.1:$ZK_PORT/ledgers"
 if ! "$LS" shell --metadata "$metadata" whatisinstanceid --json | grep -q '"instance_id": "'; then
   "$LS" shell --metadata "$metadata" initnewcluster
 fi
-for i in 1 2 3; do
+for i in 1 2 3 4; do
   LEDGERSTORE_BOOKIE_METADATA="$metadata" \
   LEDGERSTORE_BOOKIE_LISTEN="tcp://127.0.0.1:$((BOOKIE_PORT_BASE + i - 1))" \
   LEDGERSTORE_BOOKIE_HTTP_PORT="$((HTTP_PORT_BASE + i - 1))" \
@@ -52,10 +52,17 @@ for i in 1 2 3; do
 done
 for _ in $(seq 150); do
   n=$("$LS" shell --metadata "$metadata" listbookies --json 2>/dev/null | grep -c '"bookie_id"' || true)
-  [ "$n" -ge 3 ] && break
+  [ "$n" -ge 4 ] && break
   sleep 0.2
 done
 "$LS" shell --metadata "$metadata" listbookies
+# every bookie runs auto-recovery ([bookie.autorecovery]); one of them is elected auditor
+auditor=""
+for _ in $(seq 100); do
+  auditor=$("$LS" shell --metadata "$metadata" whoisauditor 2>/dev/null) && break
+  sleep 0.2
+done
+echo "auditor: ${auditor:-none elected yet}"
 LEDGERSTORE_CLIENT_METADATA="$metadata" "$LS" shell --config "$here/client.toml" simpletest --entries 1000
 echo "metrics: curl http://127.0.0.1:$HTTP_PORT_BASE/metrics"
 echo "admin:   curl -H \"Authorization: Bearer \$(cat $here/data/admin-token)\" -X PUT http://127.0.0.1:$HTTP_PORT_BASE/api/v1/bookie/gc"

@@ -1,4 +1,5 @@
-"""The worked deployment example starts from its config files, passes simpletest and stops cleanly."""
+"""The worked deployment example (4 bookies, auto-recovery on) starts from its config files, elects an
+auditor, passes simpletest and stops cleanly."""
 
 from __future__ import annotations
 
@@ -17,20 +18,21 @@ def test_deploy_example_runs_from_its_config_files(tmp_path: Path) -> None:
     deploy = tmp_path / "deploy"
     shutil.copytree(ROOT / "deploy", deploy, ignore=shutil.ignore_patterns("data"))
     zk = free_ports(1)[0]
-    base_b, base_h = consecutive_free_ports(3), consecutive_free_ports(3)
+    base_b, base_h = consecutive_free_ports(4), consecutive_free_ports(4)
     env = dict(os.environ, ZK_PORT=str(zk), BOOKIE_PORT_BASE=str(base_b), HTTP_PORT_BASE=str(base_h),
                LEDGERSTORE=str(Path(sys.executable).with_name("ledgerstore")))
     out = subprocess.run(["bash", str(deploy / "tryout.sh"), "--check"], env=env, capture_output=True, text=True,
                          timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr + _logs(deploy)
     assert "simpletest ok" in out.stdout
+    assert f"auditor: 127.0.0.1:{base_b}" in out.stdout, out.stdout  # the smallest bookie id is elected
     assert out.stdout.count(f"127.0.0.1:{base_b}") >= 1
-    for cfg in ("bookie-1.toml", "bookie-2.toml", "bookie-3.toml", "client.toml"):
+    for cfg in ("bookie-1.toml", "bookie-2.toml", "bookie-3.toml", "bookie-4.toml", "client.toml"):
         check = subprocess.run([sys.executable, "-m", "ledgerstore", "config", "check", str(deploy / cfg)],
                                capture_output=True, text=True, timeout=60)
         assert check.returncode == 0, check.stderr
     # everything it started has stopped: the bookies' logs end with a clean shutdown
-    for i in (1, 2, 3):
+    for i in (1, 2, 3, 4):
         log = (deploy / "data" / f"bookie-{i}.log").read_text()
         assert "ready" in log and "Traceback" not in log, log[-2000:]
 
