@@ -89,6 +89,11 @@ class InstanceIdMismatchError(CookieMismatchError):
     """A bookie's data belongs to another cluster instance."""
 
 
+class NoClusterError(LedgerStoreError):
+    """The metadata store holds no cluster (no instance id): a mistyped URI, or a cluster not yet
+    created with ``initnewcluster`` or ``ledgerstore standalone``."""
+
+
 # --- protocol / bookie ------------------------------------------------------------------------
 
 

@@ -196,12 +196,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                 f"could not connect to ZooKeeper at {self.hosts} within {self.connect_timeout:.0f}s "
                 f"({e!r}); check that the servers run and the URI {self.uri!r} is right"
             ) from e
+        # The root znode is not created here: every write creates its parents (makepath), so
+        # opening a URI that holds no cluster leaves nothing behind in ZooKeeper.
         self._client = client
-        try:
-            await self._call(client.ensure_path_async(self.root), "create root", "/")
-        except BaseException:
-            await self.close()
-            raise
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import sys
 import unicodedata
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -19,10 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ledgerstore.api import MetadataStore
 from ledgerstore.client.client import Client
 from ledgerstore.errors import ConfigError, LedgerStoreError, NoSuchEntryError, NoSuchLedgerError
-from ledgerstore.meta.bookies import ClusterManager
 from ledgerstore.startup import quiet_client_libraries
 
 T = TypeVar("T")
@@ -64,49 +61,15 @@ def handle_errors(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-class NoClusterError(LedgerStoreError):
-    """The metadata store holds no cluster (no instance id): a mistyped URI, or a cluster not yet
-    created with ``initnewcluster`` or ``ledgerstore standalone``."""
-
-
-def no_cluster(uri: str) -> NoClusterError:
-    return NoClusterError(f"no cluster is initialised at {uri}: check the URI, or create one with "
-                          f"'ledgerstore shell --metadata {uri} initnewcluster' (ledgerstore standalone creates its own)")
-
-
-def refuse_missing_sqlite_file(uri: str) -> None:
-    """A sqlite store creates its file on connect: refuse a path that does not exist before that,
-    so a mistyped path leaves no empty database behind."""
-    scheme, _, rest = uri.partition("://")
-    if scheme == "sqlite":
-        path = rest.partition("?")[0]
-        if path and path != ":memory:" and not os.path.exists(path):
-            raise no_cluster(uri)
-
-
-async def require_cluster(store: MetadataStore, uri: str) -> str:
-    """The cluster instance id at ``uri``; NoClusterError when none was initialised there.
-
-    Every client command except ``initnewcluster`` calls this on its started store (the shell in
-    ``ShellContext.with_client``); call :func:`refuse_missing_sqlite_file` before starting it."""
-    iid = await ClusterManager(store).instance_id()
-    if iid is None:
-        raise no_cluster(uri)
-    return iid
-
-
 @contextlib.asynccontextmanager
 async def cluster_client(**client_kwargs: Any) -> AsyncIterator[Client]:
     """``async with cluster_client(metadata=URI) as client``: a started client of an initialised
-    cluster, or NoClusterError (one line) without creating anything at the URI."""
+    cluster, or NoClusterError (one line) without creating anything at the URI (the client's
+    start checks that: see :mod:`ledgerstore.meta.cluster_check`)."""
     client = Client(**client_kwargs)
-    uri = client.config.metadata
-    refuse_missing_sqlite_file(uri)
     try:
         with quiet_client_libraries():  # an unreachable store is one line, not a reconnect log
             await client.start()
-        assert client.store is not None
-        await require_cluster(client.store, uri)
         yield client
     finally:
         await client.close()

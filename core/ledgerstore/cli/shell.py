@@ -75,7 +75,7 @@ class ShellContext:
             if need_cluster:
                 async with cluster_client(**self.client_kwargs()) as client:
                     return await fn(client)
-            async with Client(**self.client_kwargs()) as client:
+            async with Client(**self.client_kwargs(), need_cluster=False) as client:
                 return await fn(client)
 
         return run_async(go())

@@ -33,6 +33,7 @@ from ledgerstore.errors import (
     UnauthorizedAccessError,
 )
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
+from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file, require_cluster
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.meta.logs import LogManager, Position
 from ledgerstore.plugins import create_metadata_store, load_driver, notify
@@ -46,11 +47,13 @@ class Client:
 
     ``metadata`` is a metadata-store URI (``sqlite:///path.db``, ``zk://host:2181/ledgers``,
     ``etcd://host:2379/ledgers``); other keyword arguments override :class:`ClientConfig` fields.
+    Starting it on a URI that holds no cluster raises :class:`~ledgerstore.errors.NoClusterError` and creates nothing
+    there; only the tools that create or erase a cluster pass ``need_cluster=False``.
     """
 
     def __init__(self, metadata: str | ClientConfig | None = None, *, config: ClientConfig | None = None,
                  metadata_store: MetadataStore | None = None, transport: Transport | dict[str, Any] | None = None,
-                 placement: PlacementPolicy | str | None = None, **overrides: Any) -> None:
+                 placement: PlacementPolicy | str | None = None, need_cluster: bool = True, **overrides: Any) -> None:
         if isinstance(metadata, ClientConfig) and config is None:  # Client(config, ...)
             metadata, config = None, metadata
         # ``placement="rack-aware"`` and ``transport={...}`` are config overrides; instances are plugins
@@ -70,6 +73,7 @@ class Client:
         #: a store given by the caller (e.g. wrapped for fault injection) is used instead of one
         #: built from ``config.metadata``; the client still starts and closes it
         self._given_store = metadata_store
+        self._need_cluster = need_cluster and metadata_store is None  # a given store is the caller's to set up
         self._started = False
         self._bookie_cache: tuple[float, list[BookieInfo]] = (float("-inf"), [])
         self._endpoints: dict[str, str] = {}
@@ -88,8 +92,17 @@ class Client:
         if self._started:
             return self
         self.loop = asyncio.get_running_loop()
-        self.store = self._given_store or create_metadata_store(self.config.metadata, **self.config.metadata_options)
+        uri = self.config.metadata
+        if self._need_cluster:
+            refuse_missing_sqlite_file(uri)
+        self.store = self._given_store or create_metadata_store(uri, **self.config.metadata_options)
         await self.store.start()
+        if self._need_cluster:
+            try:  # a client joins a cluster and creates nothing where there is none
+                await require_cluster(self.store, uri)
+            except BaseException:
+                await self.store.close()
+                raise
         self.ledgers = LedgerManager(self.store)
         self.registry = BookieRegistry(self.store)
         #: error counts and quarantines of the bookies; the health checker acts on them
