@@ -108,6 +108,9 @@ class LocalCluster:
             raise ConfigError(f"a metadata server serves sqlite:// metadata only, not {self.metadata}")
         self.server_proc: subprocess.Popen[bytes] | None = None
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        #: environment of one bookie on top of ``env`` (``standalone --http-port-base``: each
+        #: bookie's own admin HTTP port as ``LEDGERSTORE_BOOKIE_HTTP_PORT``)
+        self.bookie_env: dict[int, dict[str, str]] = {}
         self._log_offsets: dict[int, int] = {}
 
     def _configured_port(self, i: int) -> int | None:
@@ -179,7 +182,7 @@ class LocalCluster:
     def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
         self._log_offsets[i] = self.log_path(i).stat().st_size if self.log_path(i).exists() else 0
         log = open(self.log_path(i), "ab")
-        env = dict(os.environ, **(self.env or {}))
+        env = dict(os.environ, **(self.env or {}), **self.bookie_env.get(i, {}))
         if self.supervise:
             env[SUPERVISOR_PID_ENV] = str(os.getpid())
         proc = subprocess.Popen(

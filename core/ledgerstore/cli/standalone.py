@@ -2,11 +2,17 @@
 
 The metadata server owns the sqlite file and is started first: bookies and clients reach the
 metadata through its socket, so no process (a paused client, a bookie in a debugger) can hold
-the file's write lock and stall the others. See ``docs/metadata-sqlite.md``."""
+the file's write lock and stall the others. See ``docs/metadata-sqlite.md``.
+
+``--http-port-base P`` gives bookie i its admin HTTP server (metrics, health, admin API) on
+127.0.0.1:P+i, with the admin credential (a bearer token) in ``<data dir>/admin-token``, made
+once and readable by its owner only: the token is named by its file, never printed or put in a
+URL. ``--autorecovery`` runs the auditor and a replication worker in every bookie."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -15,6 +21,8 @@ import click
 
 from ledgerstore.cli.common import cluster_client, console, handle_errors
 from ledgerstore.cluster import LocalCluster
+from ledgerstore.errors import ConfigError
+from ledgerstore.startup import check_port_free
 
 
 def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str, float]:
@@ -41,6 +49,35 @@ def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str,
     return asyncio.run(demo())
 
 
+def admin_token_file(data_dir: Path) -> Path:
+    """``<data dir>/admin-token``, holding a new random token (mode 0600) unless it has one."""
+    path = data_dir / "admin-token"
+    if not path.exists() or not path.read_text().strip():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def bookie_environment(cluster: LocalCluster, http_port_base: int, autorecovery: bool) -> None:
+    """Configure the bookies of ``cluster`` through their environment: admin HTTP on
+    ``http_port_base + i`` with the cluster's token file, and auto-recovery."""
+    env = dict(cluster.env or {})
+    if http_port_base:
+        if http_port_base + cluster.n - 1 > 65535:
+            raise ConfigError(f"--http-port-base {http_port_base} with {cluster.n} bookies leaves the port range "
+                              "1-65535; choose a lower one")
+        env["LEDGERSTORE_BOOKIE_HTTP__TOKEN_FILE"] = str(admin_token_file(cluster.data_dir))
+        for i in range(cluster.n):
+            check_port_free(f"bookie {i}'s admin HTTP (--http-port-base)", "127.0.0.1", http_port_base + i)
+            cluster.bookie_env[i] = {"LEDGERSTORE_BOOKIE_HTTP_PORT": str(http_port_base + i)}
+    if autorecovery:
+        env["LEDGERSTORE_BOOKIE_AUTORECOVERY__ENABLED"] = "true"
+    cluster.env = env
+
+
 @click.command()
 @click.option("--bookies", default=3, show_default=True, type=click.IntRange(min=1),
               help="number of bookie processes (at least 1)")
@@ -49,17 +86,22 @@ def run_demo(metadata: str, entries: int = 10_000, size: int = 100) -> dict[str,
               help="first bookie's port; the others follow (0: any free ports)")
 @click.option("--storage", default="entrylog", show_default=True, help="storage engine plugin")
 @click.option("--transport", default="tcp", show_default=True, help="transport plugin (scheme)")
+@click.option("--http-port-base", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="bookie i serves admin HTTP (metrics, admin API) on this port + i; 0: none")
+@click.option("--autorecovery", is_flag=True,
+              help="run the auditor and a replication worker in every bookie (re-replicates a lost bookie's ledgers)")
 @click.option("--demo", is_flag=True, help="run a demo workload (write, read back, verify), then stop")
 @click.option("--demo-entries", default=10_000, show_default=True)
 @handle_errors
-def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transport: str, demo: bool,
-               demo_entries: int) -> None:
+def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transport: str, http_port_base: int,
+               autorecovery: bool, demo: bool, demo_entries: int) -> None:
     """Run a sqlite metadata server and N bookies on this machine. Ctrl-C stops it; a restart on
     the same --data-dir keeps every ledger."""
     # Supervised: the metadata server and the bookies die with this process, even on kill -9, so
     # none keeps its port or the database's lock.
     cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport, supervise=True,
                            metadata_server=True)
+    bookie_environment(cluster, http_port_base, autorecovery)
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
     stop = {"now": False}
 
@@ -74,7 +116,16 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
         console.print(f"[green]cluster up[/green] in {time.monotonic() - t0:.1f}s")
         console.print(f"metadata URI: [bold]{cluster.metadata}[/bold]  (server log: {cluster.metadata_server_log})")
         for i in range(bookies):
-            console.print(f"  bookie {i}: {cluster.address(i)}  (log: {cluster.log_path(i)})")
+            admin = f"  admin http://127.0.0.1:{http_port_base + i}" if http_port_base else ""
+            console.print(f"  bookie {i}: {cluster.address(i)}{admin}  (log: {cluster.log_path(i)})")
+        if http_port_base:
+            token = cluster.data_dir / "admin-token"
+            console.print(f"metrics: http://127.0.0.1:{http_port_base}/metrics (one scrape target per bookie; "
+                          "Grafana dashboard: deploy/grafana/ledgerstore-dashboard.json)")
+            console.print(f"admin credential: the token in {token} (send it as the header "
+                          f"'Authorization: Bearer $(cat {token})', never in a URL)")
+        if autorecovery:
+            console.print("auto-recovery: on (an auditor and a replication worker in every bookie)")
         if demo:
             console.print(f"demo: writing {demo_entries} entries of 100 bytes (E=3 Qw=2 Qa=2), reading them back ...")
             r = run_demo(cluster.metadata, demo_entries)
