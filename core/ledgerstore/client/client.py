@@ -218,7 +218,8 @@ class Client:
         LAC the bookies report."""
         md = await self.ledgers.read(ledger_id)
         if md.password_check != password_check(password):
-            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}" if password else
+                                          f"ledger {ledger_id} has a password and none was given: pass password=...")
         if recovery and not md.is_closed:
             md = await recover(self, md, password)
         handle = ReadHandle(self, md, password)
