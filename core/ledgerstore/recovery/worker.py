@@ -206,7 +206,8 @@ class ReplicationWorker:
             async with lock:
                 await self._failed(m, reason_of(exc), f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug must not leave the marker claimed until its lease lapses
-            log.exception("re-replication of ledger %d failed unexpectedly", m.ledger_id)
+            if m.stuck_reason != OTHER:  # the traceback once, like the warning
+                log.exception("re-replication of ledger %d failed unexpectedly", m.ledger_id)
             renewer.cancel()
             async with lock:
                 await self._failed(m, OTHER, f"{type(exc).__name__}: {exc}")
