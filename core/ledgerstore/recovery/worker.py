@@ -119,8 +119,10 @@ class ReplicationWorker:
         self.throttle = Throttle(settings.rereplication_entries_per_s)
         self._busy_until: dict[int, float] = {}
         self._wake = asyncio.Event()
-        #: the registered bookies changed: stuck ledgers are retried before their backoff ends
+        #: a registration changed; if the set of writable bookies did (not merely a bookie's
+        #: disk figures), stuck ledgers are retried before their backoff ends
         self._bookies_changed = False
+        self._writable: frozenset[str] = frozenset()
         self.stats = {"ledgers": 0, "fragments": 0, "entries": 0, "bytes": 0, "failures": 0}
         #: ledger id -> stuck reason, of the ledgers this worker last failed on (the gauge)
         self.stuck: dict[int, str] = {}
@@ -172,7 +174,11 @@ class ReplicationWorker:
         random.shuffle(ids)  # workers spread over the markers instead of all racing for the first
         only = self.only
         accept = None if only is None else (lambda m: bool(set(m.missing) & only))
-        early, self._bookies_changed = self._bookies_changed, False
+        early = False
+        if self._bookies_changed:
+            self._bookies_changed = False
+            writable = frozenset(b.bookie_id for b in await self.client.bookie_infos(max_age=0) if not b.read_only)
+            early, self._writable = writable != self._writable, writable
         if early:
             self._busy_until.clear()
         for lid in ids:
