@@ -90,7 +90,8 @@ def _shortfall_error(what: str, bookie_id: str, why: dict[int, str]) -> Placemen
     ids = sorted(why)
     shown = ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
     return PlacementShortfallError(
-        f"{what} of bookie {bookie_id} cannot finish: {len(ids)} ledgers ({shown}) have no replacement for it; "
+        f"{what} of bookie {bookie_id} cannot finish: {len(ids)} ledger{'s' if len(ids) > 1 else ''} ({shown}) "
+        f"{'have' if len(ids) > 1 else 'has'} no replacement for it; "
         f"ledger {ids[0]}: {why[ids[0]]}. Add writable bookies (or see docs/autorecovery.md on sizing E), "
         "then try again")
 
