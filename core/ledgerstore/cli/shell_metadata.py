@@ -24,6 +24,7 @@ from ledgerstore.cli.common import emit, handle_errors
 from ledgerstore.cli.shell_ledger_files import write_private
 from ledgerstore.cli.shell_local import json_option
 from ledgerstore.meta import layout
+from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file
 from ledgerstore.meta.transfer import (
     Snapshot,
     read_snapshot,
@@ -82,8 +83,6 @@ async def _on(uri: str, options: dict[str, Any], fn: Callable[[MetadataStore], A
 
 def _refuse_missing_source(uri: str) -> None:
     # a sqlite store creates its file on connect: a mistyped source path must not leave one
-    from ledgerstore.cli.common import refuse_missing_sqlite_file
-
     refuse_missing_sqlite_file(uri)
 
 
