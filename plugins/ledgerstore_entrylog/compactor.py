@@ -1,8 +1,8 @@
 """Garbage collection and compaction of the entrylog engine (BookKeeper's
 ``GarbageCollectorThread`` on the storage side): delete entry logs that hold no live ledger, and
 copy the live entries of sparse logs forward (copies durable, then the index, then the delete).
-
-A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`.
+Both run under the engine's ``flush_mutex``, with the lock taken for short steps only
+(:mod:`~ledgerstore_entrylog.state`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,16 @@ import logging
 import os
 import time
 
-from ledgerstore.api import StorageStats
 from ledgerstore.errors import BookieIOError
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
 from ledgerstore_entrylog.format import RECORD_IDS
 from ledgerstore_entrylog.index import fsync_dir, remove_file
+from ledgerstore_entrylog.ledger_cache import LedgerCache
+from ledgerstore_entrylog.logs import EntryLogs
+from ledgerstore_entrylog.state import EngineState
+from ledgerstore_entrylog.writeback import Checkpointer
+
+__all__ = ["Compactor"]
 
 log = logging.getLogger(__name__)
 
@@ -27,48 +32,55 @@ _COMPACT_BATCH_BYTES = 64 * 1024
 _INDEX_UPDATE_CHUNK = 256
 
 
-class Compaction:
-    """``gc`` and ``compact``."""
+class Compactor:
+    """GC and compaction of the engine's entry logs."""
 
-    def gc(self) -> StorageStats:
+    def __init__(self, state: EngineState, logs: EntryLogs, cache: LedgerCache, checkpointer: Checkpointer) -> None:
+        self._state = state
+        self._logs = logs
+        self._cache = cache
+        self._checkpointer = checkpointer
+
+    def gc(self, threshold: float) -> None:
         """Delete entry logs that hold no live ledger, then run a minor compaction (logs whose
-        live fraction is below ``minor_compaction_threshold``)."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
-                self._gc_runs += 1
+        live fraction is below ``threshold``)."""
+        st = self._state
+        with st.flush_mutex:
+            with st.lock:
+                st.check_open()
+                st.counters.gc_runs += 1
             self._delete_dead_logs()
-            self._compact_locked(self.minor_compaction_threshold)
-        return self.stats()
+            self._compact_locked(threshold)
 
-    def compact(self, threshold: float) -> StorageStats:
+    def compact(self, threshold: float) -> None:
         """Compact every finished log whose live fraction is below ``threshold`` (the bookie
         passes the minor or the major threshold); logs with no live data are deleted."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
+        st = self._state
+        with st.flush_mutex:
+            with st.lock:
+                st.check_open()
             self._compact_locked(threshold)
-        return self.stats()
 
     def _delete_dead_logs(self) -> None:
-        with self._lock:
-            ledgers = self._ledgers
+        st = self._state
+        with st.lock:
+            ledgers = st.ledgers
             dead = [
                 lg
-                for lg in self._logs.values()
+                for lg in st.logs.values()
                 if lg.buf is None and not lg.pinned and not any(lid in ledgers for lid in lg.ledgers)
             ]
             for lg in dead:
-                del self._logs[lg.log_id]
+                del st.logs[lg.log_id]
             # Index deletions must be durable before the logs they pointed into disappear.
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+            dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for d in dirs:
             fsync_dir(d)
         for lg in dead:
             self._remove_log(lg)
 
     def _remove_log(self, lg: EntryLog) -> None:
-        """Close and delete a log no index points into any more. ``_flush_mutex`` held."""
+        """Close and delete a log no index points into any more. ``flush_mutex`` held."""
         size = lg.written
         lg.close()
         # Map first, intent last: a crash in between leaves a log without a map (rescanned at
@@ -77,14 +89,16 @@ class Compaction:
         remove_file(lg.path)
         remove_file(lg.path.with_suffix(".compacting"))
         fsync_dir(lg.path.parent)
-        with self._lock:
-            self._maps_to_sync.discard(lg.path.with_suffix(".lmap"))
-            self._bytes_reclaimed += size
+        st = self._state
+        with st.lock:
+            st.maps_to_sync.discard(lg.path.with_suffix(".lmap"))
+            st.counters.bytes_reclaimed += size
 
     def _compact_locked(self, threshold: float) -> None:
-        with self._lock:
+        st = self._state
+        with st.lock:
             candidates: list[tuple[float, EntryLog]] = []
-            for lg in self._logs.values():
+            for lg in st.logs.values():
                 if lg.buf is not None or lg.pinned:
                     continue
                 if lg.must_compact:
@@ -92,7 +106,7 @@ class Compaction:
                     continue
                 if threshold <= 0 or lg.total <= 0:
                     continue
-                live = sum(n for lid, n in lg.ledgers.items() if lid in self._ledgers)
+                live = sum(n for lid, n in lg.ledgers.items() if lid in st.ledgers)
                 fraction = live / lg.total
                 if fraction < threshold:
                     candidates.append((fraction, lg))
@@ -103,6 +117,7 @@ class Compaction:
     def _compact_log(self, lg: EntryLog) -> None:
         """Copy the live entries of ``lg`` into the active log, make the copies durable, point the
         index at them, make the index durable, and only then delete ``lg``."""
+        st = self._state
         intent = lg.path.with_suffix(".compacting")
         if not lg.must_compact:
             # Marks the log for re-compaction at the next open should a crash interrupt us
@@ -127,43 +142,46 @@ class Compaction:
             self._copy_live(lg, batch, moved)
         if not scanner.clean:
             # Copies made so far are unreferenced garbage; the log stays.
-            with self._lock:
+            with st.lock:
                 lg.pinned = True
             remove_file(intent)
             log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
             return
-        self._flush_locked()  # the copies are durable ...
+        self._checkpointer.checkpoint()  # the copies are durable ...
+        cache = self._cache
         for start in range(0, len(moved), _INDEX_UPDATE_CHUNK):
-            with self._lock:
+            with st.lock:
                 for ledger_id, entry_id, old, new in moved[start : start + _INDEX_UPDATE_CHUNK]:
-                    led = self._ledgers.get(ledger_id)
+                    led = st.ledgers.get(ledger_id)
                     # Skip entries deleted or re-added since they were copied.
-                    if led is not None and self._slot(led, entry_id) == old:
-                        self._set_slot(led, entry_id, new)
+                    if led is not None and cache.slot(led, entry_id) == old:
+                        cache.set_slot(led, entry_id, new)
             _let_waiters_in()
-        self._flush_locked()  # ... before the index points at them, and that before the delete.
-        with self._lock:
-            self._logs.pop(lg.log_id, None)
-            self._compactions += 1
+        self._checkpointer.checkpoint()  # ... before the index points at them, and that before the delete.
+        with st.lock:
+            st.logs.pop(lg.log_id, None)
+            st.counters.compactions += 1
         self._remove_log(lg)
 
     def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
         """Append the records of ``batch`` that the index still points at to the active logs."""
+        st = self._state
+        cache = self._cache
         base = lg.log_id << 32
         copied = 0
-        with self._lock:
+        with st.lock:
             for rec in batch:
-                led = self._ledgers.get(rec.ledger_id)
+                led = st.ledgers.get(rec.ledger_id)
                 if led is None:
                     continue
                 old = (base | rec.offset) + 1
-                if self._slot(led, rec.entry_id) != old:
+                if cache.slot(led, rec.entry_id) != old:
                     continue
                 ids = RECORD_IDS.pack(rec.ledger_id, rec.entry_id)
-                new = self._append(led.dir_idx, rec.ledger_id, ids, rec.data, rec.crc) + 1
+                new = self._logs.append(led.dir_idx, rec.ledger_id, ids, rec.data, rec.crc) + 1
                 moved.append((rec.ledger_id, rec.entry_id, old, new))
                 copied += rec.record_size
-            self._bytes_compacted += copied
+            st.counters.bytes_compacted += copied
         _let_waiters_in()
 
 

@@ -2,107 +2,254 @@
 ledger's index pages, in memory up to ``page_limit_bytes`` and evicted least recently used first; a
 dirty page evicted is written to its index file (after the log data it points at).
 
-A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`: its methods run under the
-engine's ``_lock`` and use the engine's state.
+It also loads the index headers at open, and answers and changes the per-ledger state (master
+key, fence, last entry, deletion) for the engine. The methods documented "lock held" run under the
+engine lock (:mod:`~ledgerstore_entrylog.state`); the others take it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from array import array
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
-from ledgerstore.errors import BookieIOError, InvalidArgumentError
-from ledgerstore_entrylog.format import MAX_ID, encode_index_header, index_path
-from ledgerstore_entrylog.index import read_page, write_index
+from ledgerstore.errors import BookieIOError, InvalidArgumentError, UnauthorizedAccessError
+from ledgerstore_entrylog.format import (
+    INDEX_HEADER_SIZE,
+    MAX_ID,
+    MAX_MASTER_KEY,
+    OFFSET_MASK,
+    RECORD_HEADER_SIZE,
+    encode_index_header,
+    index_path,
+)
+from ledgerstore_entrylog.index import read_header, read_last_pages, read_page, remove_file, write_index
+from ledgerstore_entrylog.logs import EntryLogs
+from ledgerstore_entrylog.state import CachedLedger, EngineState, IndexPage
 
+__all__ = ["CachedLedger", "IndexPage", "LedgerCache"]
 
-class IndexPage:
-    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``."""
-
-    __slots__ = ("ledger_id", "page_no", "slots", "dirty")
-
-    def __init__(self, ledger_id: int, page_no: int, slots: array) -> None:
-        self.ledger_id = ledger_id
-        self.page_no = page_no
-        self.slots = slots
-        self.dirty = False
-
-
-class CachedLedger:
-    """In-memory state of one ledger."""
-
-    __slots__ = (
-        "ledger_id",
-        "dir_idx",
-        "path",
-        "master_key",
-        "fenced",
-        "last",
-        "pages",
-        "cur_no",
-        "cur_page",
-        "header_dirty",
-        "file_exists",
-        "file_pages",
-    )
-
-    def __init__(self, ledger_id: int, dir_idx: int, path: Path) -> None:
-        self.ledger_id = ledger_id
-        self.dir_idx = dir_idx
-        self.path = path
-        self.master_key: bytes | None = None
-        self.fenced = False
-        self.last = -1
-        #: cached pages of this ledger, by page number (the same objects as in the LRU)
-        self.pages: dict[int, IndexPage] = {}
-        # The page the add path wrote last: sequential adds reuse it without an LRU lookup.
-        self.cur_no = -1
-        self.cur_page: IndexPage | None = None
-        self.header_dirty = True
-        self.file_exists = False
-        self.file_pages = 0
+log = logging.getLogger(__name__)
 
 
 class LedgerCache:
-    """Index pages and per-ledger state of the engine."""
+    """Index pages and per-ledger state of the engine, holding at most ``max_pages`` pages."""
 
-    def _get_or_create(self, ledger_id: int) -> CachedLedger:
-        led = self._ledgers.get(ledger_id)
+    def __init__(self, state: EngineState, logs: EntryLogs, max_pages: int) -> None:
+        self._state = state
+        self._logs = logs
+        self._spp = state.slots_per_page
+        self._page_size = state.page_size
+        self._zero_page = bytes(state.page_size)
+        #: the bound on cached pages
+        self.max_pages = max_pages
+        self._lru: OrderedDict[tuple[int, int], IndexPage] = OrderedDict()
+
+    # --- open -------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the header of every index file (the entry logs are loaded first: the last entry
+        of a ledger is the last slot pointing inside an existing log). BookieIOError naming the
+        file for a damaged header, a page size other than the configured one, or a ledger with
+        two index files."""
+        for dir_idx, current in enumerate(self._state.currents):
+            index_root = current / "index"
+            for sub in sorted(os.listdir(index_root)):
+                subdir = index_root / sub
+                if not subdir.is_dir():
+                    continue
+                for name in sorted(os.listdir(subdir)):
+                    if not name.endswith(".idx"):
+                        continue
+                    self._load_index(dir_idx, subdir / name)
+
+    def _load_index(self, dir_idx: int, path: Path) -> None:
+        if path.stat().st_size == 0:
+            # Created by a checkpoint that never wrote its header (a crash, or a full disk and
+            # then a crash): no checkpoint covered it, so the journal still holds what it was for.
+            log.warning("removing empty index file %s, left by a checkpoint that never finished", path)
+            path.unlink()
+            return
+        header, size = read_header(path)
+        if path.name != f"{header.ledger_id:016x}.idx":
+            raise BookieIOError(f"index file {path}: header names ledger {header.ledger_id}")
+        if header.page_size != self._page_size:
+            raise BookieIOError(
+                f"index file {path} uses page_size={header.page_size} but the engine is configured with "
+                f"page_size={self._page_size}; configure page_size={header.page_size}"
+            )
+        ledgers = self._state.ledgers
+        other = ledgers.get(header.ledger_id)
+        if other is not None:
+            raise BookieIOError(f"ledger {header.ledger_id} has two index files: {other.path} and {path}")
+        led = CachedLedger(header.ledger_id, dir_idx, path)
+        led.master_key = header.master_key
+        led.fenced = header.fenced
+        led.header_dirty = False
+        led.file_exists = True
+        led.file_pages = max(0, (size - INDEX_HEADER_SIZE + self._page_size - 1) // self._page_size)
+        led.last = self._last_valid_entry(path, size)
+        ledgers[header.ledger_id] = led
+
+    def _last_valid_entry(self, path: Path, size: int) -> int:
+        """The highest entry whose slot points inside an existing log. Slots beyond that were
+        written (by a cache eviction) for entries whose log data a machine crash lost; the
+        journal replays those entries, so they must not count as stored."""
+        logs = self._state.logs
+        for page_no, slots in read_last_pages(path, size, self._page_size):
+            for i in range(len(slots) - 1, -1, -1):
+                v = slots[i]
+                if v:
+                    v -= 1
+                    lg = logs.get(v >> 32)
+                    if lg is not None and (v & OFFSET_MASK) + RECORD_HEADER_SIZE <= lg.written:
+                        return page_no * self._spp + i
+        return -1
+
+    # --- ledger state (these take the lock) -----------------------------------------------------
+
+    def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
+        """Record the master key; the same key again is a no-op, another key is refused with
+        UnauthorizedAccessError."""
+        if len(master_key) > MAX_MASTER_KEY:
+            raise InvalidArgumentError(f"master key of {len(master_key)} bytes; the limit is {MAX_MASTER_KEY}")
+        st = self._state
+        with st.lock:
+            st.check_open()
+            led = self.get_or_create(ledger_id)
+            if led.master_key is None:
+                led.master_key = bytes(master_key)
+                led.header_dirty = True
+                st.dirty_ledgers.add(ledger_id)
+            elif led.master_key != master_key:
+                raise UnauthorizedAccessError(
+                    f"ledger {ledger_id} already has another master key on this bookie; "
+                    "the client's password does not match the one the ledger was created with"
+                )
+
+    def get_master_key(self, ledger_id: int) -> bytes | None:
+        """The master key, or None for an unknown ledger."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            led = st.ledgers.get(ledger_id)
+            return led.master_key if led is not None else None
+
+    def set_fenced(self, ledger_id: int) -> bool:
+        """Fence the ledger (creating its record if needed); True if it was not fenced before."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            led = self.get_or_create(ledger_id)
+            if led.fenced:
+                return False
+            led.fenced = True
+            led.header_dirty = True
+            st.dirty_ledgers.add(ledger_id)
+            return True
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        """Whether the ledger is fenced (False for an unknown ledger)."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            led = st.ledgers.get(ledger_id)
+            return led is not None and led.fenced
+
+    def has_ledger(self, ledger_id: int) -> bool:
+        """Whether the ledger is stored here."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            return ledger_id in st.ledgers
+
+    def list_ledgers(self) -> Iterator[int]:
+        """Ids of every stored ledger, ascending (a snapshot)."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            ids = sorted(st.ledgers)
+        return iter(ids)
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id stored, -1 if none; NoSuchLedgerError for an unknown ledger."""
+        st = self._state
+        with st.lock:
+            return st.ledger(ledger_id).last
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's index file and cached pages; GC reclaims its log space later.
+        Deleting an unknown ledger is a no-op."""
+        st = self._state
+        with st.lock:
+            st.check_open()
+            led = st.ledgers.pop(ledger_id, None)
+            if led is None:
+                return
+            for page_no in led.pages:
+                del self._lru[(ledger_id, page_no)]
+            led.pages.clear()
+            led.cur_no, led.cur_page = -1, None
+            st.dirty_ledgers.discard(ledger_id)
+            st.unsynced_index.discard(led.path)
+            if led.file_exists:
+                remove_file(led.path)
+                # GC fsyncs this directory before deleting any log, so a deleted ledger can
+                # never come back after a crash pointing at a log that is gone.
+                st.dirs_to_sync.add(led.path.parent)
+
+    # --- pages (lock held) ------------------------------------------------------------------------
+
+    def page_counts(self) -> tuple[int, int]:
+        """Cached pages and, of those, dirty ones. Lock held."""
+        return len(self._lru), sum(1 for p in self._lru.values() if p.dirty)
+
+    def get_or_create(self, ledger_id: int) -> CachedLedger:
+        """The ledger's state, created (dirty, in the directory ``ledger_id mod n``) if it is not
+        stored yet; InvalidArgumentError for an id outside 0..2**63-1. Lock held."""
+        st = self._state
+        led = st.ledgers.get(ledger_id)
         if led is None:
             if not 0 <= ledger_id <= MAX_ID:
                 raise InvalidArgumentError(f"ledger id {ledger_id} is outside 0..2**63-1")
-            dir_idx = ledger_id % len(self._currents)
-            led = CachedLedger(ledger_id, dir_idx, index_path(self._currents[dir_idx], ledger_id))
-            self._ledgers[ledger_id] = led
-            self._dirty_ledgers.add(ledger_id)
+            dir_idx = ledger_id % len(st.currents)
+            led = CachedLedger(ledger_id, dir_idx, index_path(st.currents[dir_idx], ledger_id))
+            st.ledgers[ledger_id] = led
+            st.dirty_ledgers.add(ledger_id)
         return led
 
-    def _set_slot(self, led: CachedLedger, entry_id: int, value: int) -> None:
+    def set_slot(self, led: CachedLedger, entry_id: int, value: int) -> None:
+        """Point the entry's index slot at ``value`` (location + 1) and mark its page dirty. The
+        page becomes the ledger's current page. Lock held."""
         page_no, slot = divmod(entry_id, self._spp)
         if led.cur_no == page_no:
             page = led.cur_page
             assert page is not None
         else:
-            page = self._page(led, page_no)
+            page = self.page(led, page_no)
             led.cur_no, led.cur_page = page_no, page
         page.slots[slot] = value
         if not page.dirty:
             page.dirty = True
-            self._dirty_ledgers.add(led.ledger_id)
+            self._state.dirty_ledgers.add(led.ledger_id)
 
-    def _slot(self, led: CachedLedger, entry_id: int) -> int:
+    def slot(self, led: CachedLedger, entry_id: int) -> int:
+        """The entry's index slot: its location + 1, 0 when absent. Lock held."""
         page_no, slot = divmod(entry_id, self._spp)
-        page = led.cur_page if led.cur_no == page_no else self._page(led, page_no)
+        page = led.cur_page if led.cur_no == page_no else self.page(led, page_no)
         assert page is not None
         return page.slots[slot]
 
-    def _page(self, led: CachedLedger, page_no: int) -> IndexPage:
+    def page(self, led: CachedLedger, page_no: int) -> IndexPage:
         """The cached page, loading it (and evicting the least recently used) if needed. Lock held."""
         page = led.pages.get(page_no)
         if page is not None:
             self._lru.move_to_end((led.ledger_id, page_no))
             return page
-        while len(self._lru) >= self._max_pages:
+        while len(self._lru) >= self.max_pages:
             self._evict_one()
         if led.file_exists and page_no < led.file_pages:
             slots = read_page(led.path, page_no, self._page_size)
@@ -114,24 +261,25 @@ class LedgerCache:
         return page
 
     def _evict_one(self) -> None:
+        st = self._state
         (ledger_id, page_no), page = self._lru.popitem(last=False)
-        led = self._ledgers[ledger_id]
+        led = st.ledgers[ledger_id]
         del led.pages[page_no]
         if led.cur_no == page_no:
             led.cur_no, led.cur_page = -1, None
         if page.dirty:
             # The page may point into the log's write buffer: hand that to the OS first, so an
             # index on disk never points past its log's data if only the process dies.
-            active = self._active[led.dir_idx]
-            if active is not None:
-                active.write_out()
-                self._note_written(active)
-            self._write_ledger_pages(led, [(page_no, page.slots)], keep_open=False)
+            self._logs.write_out_active(led.dir_idx)
+            self.write_pages(led, [(page_no, page.slots)], keep_open=False)
             page.dirty = False
-            self._dirty_evictions += 1
+            st.counters.dirty_evictions += 1
 
-    def _write_ledger_pages(self, led: CachedLedger, pages: list[tuple[int, array]], keep_open: bool) -> int:
-        """Write pages (and the header when new or changed) to the index file. Lock held."""
+    def write_pages(self, led: CachedLedger, pages: list[tuple[int, array[int]]], keep_open: bool) -> int:
+        """Write pages (and the header when new or changed) to the index file, without fsync.
+        With ``keep_open`` the open descriptor is returned for the caller to fsync and close;
+        otherwise the file is remembered for the next checkpoint to sync. Lock held."""
+        st = self._state
         header = None
         if not led.file_exists or led.header_dirty:
             header = encode_index_header(led.ledger_id, self._page_size, led.fenced, led.master_key)
@@ -139,12 +287,12 @@ class LedgerCache:
             subdir = led.path.parent
             try:
                 subdir.mkdir()
-                self._dirs_to_sync.add(subdir.parent)
+                st.dirs_to_sync.add(subdir.parent)
             except FileExistsError:
                 pass
             except OSError as exc:
                 raise BookieIOError(f"cannot create index directory {subdir}: {exc}") from exc
-            self._dirs_to_sync.add(subdir)
+            st.dirs_to_sync.add(subdir)
         fd = write_index(led.path, header, pages, self._page_size, keep_open)
         led.file_exists = True
         led.header_dirty = False
@@ -152,5 +300,5 @@ class LedgerCache:
             if page_no >= led.file_pages:
                 led.file_pages = page_no + 1
         if not keep_open:
-            self._unsynced_index.add(led.path)
+            st.unsynced_index.add(led.path)
         return fd

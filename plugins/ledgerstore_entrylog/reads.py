@@ -1,7 +1,9 @@
 """Reads of the entrylog engine: one entry, or many with one ``pread`` per window of nearby
 records of a log, releasing the engine's lock after about every MiB read.
 
-A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`.
+Index look-ups go through the ledger cache (:mod:`~ledgerstore_entrylog.ledger_cache`), records are
+read and verified by :class:`~ledgerstore_entrylog.entrylog.EntryLog`. Locking:
+:mod:`~ledgerstore_entrylog.state`.
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError, NoSuchLedgerError
+from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError
 from ledgerstore_entrylog.entrylog import WINDOW_TAIL
 from ledgerstore_entrylog.format import OFFSET_MASK, RECORD_HEADER_SIZE
-from ledgerstore_entrylog.ledger_cache import CachedLedger
+from ledgerstore_entrylog.ledger_cache import LedgerCache
+from ledgerstore_entrylog.state import CachedLedger, EngineState
+
+__all__ = ["Reader"]
 
 # get_entries releases the lock after reading about this many bytes.
 _READ_BATCH_BYTES = 1024 * 1024
@@ -25,17 +30,18 @@ _FIRST_BLOCK = 256
 _MAX_BLOCK = 2048
 
 
-class Reads:
-    """``get_entry`` and ``get_entries``."""
+class Reader:
+    """``get_entry`` and ``get_entries`` over the engine's entry logs and ledger cache."""
+
+    def __init__(self, state: EngineState, cache: LedgerCache) -> None:
+        self._state = state
+        self._cache = cache
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """The entry's data, verified against its record's CRC32C and ids."""
-        with self._lock:
-            self._check_open()
-            led = self._ledgers.get(ledger_id)
-            if led is None:
-                raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
-            return self._read_locked(led, entry_id)
+        st = self._state
+        with st.lock:
+            return self._read_locked(st.ledger(ledger_id), entry_id)
 
     def get_entries(self, ledger_id: int, entry_ids: Sequence[int]) -> list[bytes | BaseException]:
         """The data of each entry, or the error :meth:`get_entry` would raise for it, in the order
@@ -49,13 +55,11 @@ class Reads:
         i = 0  # entry_ids[i:] are not looked up yet
         carry: list[int] = []  # positions looked up under an earlier hold but not read
         seen_bytes = seen_entries = 0
+        st = self._state
         while i < count or carry:
-            with self._lock:
+            with st.lock:
                 try:
-                    self._check_open()
-                    led = self._ledgers.get(ledger_id)
-                    if led is None:
-                        raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+                    led = st.ledger(ledger_id)
                 except LedgerStoreError as exc:
                     failure = exc
                 else:
@@ -94,8 +98,8 @@ class Reads:
         of entries read and the positions left unread. Lock held."""
         ledger_id = led.ledger_id
         last = led.last
-        spp = self._spp
-        page_of = self._page
+        spp = self._state.slots_per_page
+        page_of = self._cache.page
         cur_no = -1
         slots: Any = None
         # (location, entry id, position): sorting groups them by log and orders them by offset
@@ -122,7 +126,7 @@ class Reads:
                 continue
             locs.append((v - 1, entry_id, pos))
         locs.sort()
-        logs = self._logs
+        logs = self._state.logs
         got = done = 0
         k, n = 0, len(locs)
         while k < n:
@@ -177,11 +181,11 @@ class Reads:
             raise NoSuchEntryError(
                 f"entry {entry_id} of ledger {ledger_id} is not stored here (last entry {led.last})"
             )
-        v = self._slot(led, entry_id)
+        v = self._cache.slot(led, entry_id)
         if not v:
             raise NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is not stored here")
         v -= 1
-        lg = self._logs.get(v >> 32)
+        lg = self._state.logs.get(v >> 32)
         if lg is None:
             raise BookieIOError(
                 f"index file {led.path}: entry {entry_id} of ledger {ledger_id} points at entry log "

@@ -2,14 +2,15 @@
 then the dirty index pages and headers (so a durable index never points at data that is not
 durable); a background thread fdatasyncs an entry log every ``flush_entrylog_bytes`` written so
 dirty pages never pile up between checkpoints; another flushes every ``flush_interval`` seconds.
-
-A mixin of :class:`~ledgerstore_entrylog.engine.EntryLogStorage`.
+``close()`` is a last checkpoint that also finishes the active logs. Locking and the crash-safety
+argument: :mod:`~ledgerstore_entrylog.state`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,11 @@ from ledgerstore.errors import BookieDiskFullError, BookieIOError
 from ledgerstore.stalls import peaks
 from ledgerstore_entrylog.entrylog import EntryLog
 from ledgerstore_entrylog.index import fsync_dir, fsync_file
+from ledgerstore_entrylog.ledger_cache import LedgerCache
+from ledgerstore_entrylog.logs import EntryLogs
+from ledgerstore_entrylog.state import EngineState
+
+__all__ = ["Checkpointer"]
 
 log = logging.getLogger(__name__)
 
@@ -27,46 +33,58 @@ _FLUSH_LEDGER_CHUNK = 64
 _FLUSH_PAGES_PER_HOLD = 32
 
 
-class WriteBack:
-    """``flush`` and the background write-back threads."""
+class Checkpointer:
+    """``flush`` (the checkpoint), ``close``, and the background flush and write-back threads."""
+
+    def __init__(self, state: EngineState, logs: EntryLogs, cache: LedgerCache, flush_interval: float) -> None:
+        self._state = state
+        self._logs = logs
+        self._cache = cache
+        self._flush_interval = flush_interval
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the background flush thread (``flush_interval`` > 0) and the write-back thread
+        (``flush_entrylog_bytes`` > 0); called once the engine is open."""
+        if self._flush_interval > 0:
+            self._flusher = threading.Thread(target=self._flush_loop, name="entrylog-flush", daemon=True)
+            self._flusher.start()
+        if self._state.sync_bytes > 0:
+            self._syncer = threading.Thread(target=self._sync_loop, name="entrylog-writeback", daemon=True)
+            self._syncer.start()
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self._flush_interval):
             try:
                 self.flush()
             except BookieIOError:
-                if self._closed:
+                if self._state.closed:
                     return
                 log.exception("background flush of the entrylog storage failed; stopping background flushes")
                 return
 
-    def _note_written(self, lg: EntryLog) -> None:
-        """Queue ``lg`` for a background sync once enough of it has been written. Lock held."""
-        if not self._sync_bytes or lg.written - lg.synced_to < self._sync_bytes:
-            return
-        if lg.log_id not in self._sync_queue:
-            self._sync_queue[lg.log_id] = lg
-            self._sync_wake.set()
-
     def _sync_loop(self) -> None:
-        """Write-back thread: fdatasync the logs :meth:`_note_written` queued."""
+        """Write-back thread: fdatasync the logs :meth:`EntryLogs.note_written` queued."""
+        st = self._state
+        wake = self._logs.sync_wake
         while True:
-            self._sync_wake.wait()
-            self._sync_wake.clear()
+            wake.wait()
+            wake.clear()
             if self._stop.is_set():
                 return
             jobs: list[tuple[EntryLog, int, int]] = []
             try:
-                with self._lock:
-                    queued, self._sync_queue = self._sync_queue, {}
-                    for lg in queued.values():
+                with st.lock:
+                    for lg in self._logs.take_sync_queue():
                         # GC and compaction take a log out of _logs under this lock before they
                         # close and delete it, and close() closes logs under it: a log still in
                         # _logs here is open and its file exists until the lock is released. A
                         # descriptor of our own cannot be closed or reused under the sync, and
                         # an error the sync meets is still reported to the checkpoint's fsync
                         # through the log's descriptor (errors are tracked per open file).
-                        if self._closed or self._logs.get(lg.log_id) is not lg or lg.fd < 0:
+                        if st.closed or st.logs.get(lg.log_id) is not lg or lg.fd < 0:
                             continue
                         try:
                             fd = os.open(lg.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -82,16 +100,16 @@ class WriteBack:
                         os.fdatasync(fd)
                         peaks.observe("writeback_sync", time.perf_counter() - t0)
                     except OSError as exc:
-                        if self._closed:
+                        if st.closed:
                             return
                         # What reached the disk is unknown: refuse checkpoints as a failed flush does.
                         msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
-                        self._flush_failure = self._flush_failure or msg
+                        st.flush_failure = st.flush_failure or msg
                         log.error("%s; write-back stopped and the next flush() will fail", msg)
                         return
-                    with self._lock:
-                        self._background_syncs += 1
-                        self._background_sync_bytes += nbytes
+                    with st.lock:
+                        st.counters.background_syncs += 1
+                        st.counters.background_sync_bytes += nbytes
             finally:
                 for _, fd, _ in jobs:
                     os.close(fd)
@@ -99,45 +117,48 @@ class WriteBack:
     def flush(self) -> None:
         """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
         and header. When it returns, everything added before the call is durable."""
-        with self._flush_mutex:
-            with self._lock:
-                self._check_open()
-            if self._flush_failure:
+        st = self._state
+        with st.flush_mutex:
+            with st.lock:
+                st.check_open()
+            if st.flush_failure:
                 raise BookieIOError(
-                    f"an earlier flush failed ({self._flush_failure}); what is durable is unknown: "
+                    f"an earlier flush failed ({st.flush_failure}); what is durable is unknown: "
                     "restart the bookie so the journal is replayed"
                 )
             try:
-                self._flush_locked()
+                self.checkpoint()
             except BookieDiskFullError:
                 # Nothing is in doubt: what did not fit is still buffered or dirty (see
-                # _flush_locked), so the next flush retries it once space comes back.
+                # checkpoint()), so the next flush retries it once space comes back.
                 raise
             except BookieIOError as exc:
-                self._flush_failure = str(exc)
+                st.flush_failure = str(exc)
                 raise
 
-    def _flush_locked(self) -> None:
-        """The checkpoint itself; the caller holds ``_flush_mutex``."""
+    def checkpoint(self) -> None:
+        """The checkpoint itself, without the checks of :meth:`flush`; the caller holds
+        ``flush_mutex`` (compaction runs it between its steps)."""
+        st = self._state
         # 1. Entry logs: every record added so far reaches the disk before any index does.
-        with self._lock:
-            for lg in self._active:
+        with st.lock:
+            for lg in st.active:
                 if lg is not None:
                     lg.write_out()
-            logs = [(lg, lg.written) for lg in self._logs.values() if lg.unsynced]
+            logs = [(lg, lg.written) for lg in st.logs.values() if lg.unsynced]
             for lg, written in logs:
                 lg.synced_to = max(lg.synced_to, written)
-            todo = sorted(self._dirty_ledgers)
-            self._dirty_ledgers = set()
-            maps, self._maps_to_sync = self._maps_to_sync, set()
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+            todo = sorted(st.dirty_ledgers)
+            st.dirty_ledgers = set()
+            maps, st.maps_to_sync = st.maps_to_sync, set()
+            dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for lg, _ in logs:
             lg.fsync()
         for p in maps:
             fsync_file(p)
         for d in dirs:
             fsync_dir(d)
-        with self._lock:
+        with st.lock:
             for lg, written in logs:
                 if lg.written == written:
                     lg.unsynced = False
@@ -150,14 +171,14 @@ class WriteBack:
             start = i
             opened: list[tuple[int, Path]] = []
             try:
-                with self._lock:
+                with st.lock:
                     # Pages may have gained slots since step 1: keep their records ahead of them.
-                    for lg in self._active:
+                    for lg in st.active:
                         if lg is not None:
                             lg.write_out()
                     budget = _FLUSH_PAGES_PER_HOLD
                     while i < len(todo) and budget > 0 and len(opened) < _FLUSH_LEDGER_CHUNK:
-                        led = self._ledgers.get(todo[i])
+                        led = st.ledgers.get(todo[i])
                         # A page written earlier in this flush and dirtied again since holds only
                         # adds made after flush() began: the next flush writes it.
                         dirty = [] if led is None else [pg for pg in led.pages.values()
@@ -166,7 +187,7 @@ class WriteBack:
                             i, written = i + 1, set()
                             continue
                         part = dirty[:budget]
-                        fd = self._write_ledger_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
+                        fd = self._cache.write_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
                         opened.append((fd, led.path))
                         for pg in part:
                             pg.dirty = False
@@ -184,18 +205,50 @@ class WriteBack:
                 # A write of this hold found the disk full. Its pages already written are no
                 # longer dirty but not yet synced: sync them by path in a later flush; the
                 # ledgers from this hold's first on are flushed again (a clean one is skipped).
-                with self._lock:
-                    self._unsynced_index.update(path for _, path in opened)
-                    self._dirty_ledgers.update(todo[start:])
+                with st.lock:
+                    st.unsynced_index.update(path for _, path in opened)
+                    st.dirty_ledgers.update(todo[start:])
                 raise
             finally:
                 for fd, _ in opened:
                     os.close(fd)
         # 3. Index files written by cache evictions, and directories of created/deleted files.
-        with self._lock:
-            paths, self._unsynced_index = self._unsynced_index, set()
-            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        with st.lock:
+            paths, st.unsynced_index = st.unsynced_index, set()
+            dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for p in paths:
             fsync_file(p)
         for d in dirs:
             fsync_dir(d)
+
+    def close(self) -> None:
+        """Stop the background threads, then checkpoint, finish the active logs (writing their
+        ledger maps), sync what is left and close every log. Idempotent."""
+        st = self._state
+        self._stop.set()
+        self._logs.sync_wake.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join()
+        if self._syncer is not None:
+            self._syncer.join()
+        with st.flush_mutex:
+            if st.closed or not st.opened:
+                st.closed = True
+                return
+            try:
+                self.checkpoint()
+                with st.lock:
+                    self._logs.finish_active()
+                    logs = [lg for lg in st.logs.values() if lg.unsynced]
+                    maps, st.maps_to_sync = st.maps_to_sync, set()
+                    dirs, st.dirs_to_sync = st.dirs_to_sync, set()
+                for lg in logs:
+                    lg.fsync()
+                for p in maps:
+                    fsync_file(p)
+                for d in dirs:
+                    fsync_dir(d)
+            finally:
+                with st.lock:
+                    st.closed = True
+                    self._logs.close_all()

@@ -38,19 +38,21 @@ class CountingLock:
         self.release()
 
 
-def counting(e: EntryLogStorage, *methods: str) -> CountingLock:
-    """Replace ``e``'s lock with a counting one; each call of ``methods`` counts 1, except
-    ``_write_ledger_pages``, which counts the pages it writes."""
+def counting(e: EntryLogStorage, *methods: tuple[str, str]) -> CountingLock:
+    """Replace ``e``'s lock with a counting one; each call of ``methods`` (a part of
+    ``e.parts`` and one of its methods) counts 1, except the cache's ``write_pages``, which
+    counts the pages it writes."""
     lock = CountingLock()
-    e._lock = lock  # type: ignore[assignment]
-    for name in methods:
-        real = getattr(e, name)
+    e.parts.state.lock = lock  # type: ignore[assignment]
+    for part_name, name in methods:
+        part = getattr(e.parts, part_name)
+        real = getattr(part, name)
 
         def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
-            lock.work += len(args[1]) if _name == "_write_ledger_pages" else 1
+            lock.work += len(args[1]) if _name == "write_pages" else 1
             return _real(*args, **kw)
 
-        setattr(e, name, counted)
+        setattr(part, name, counted)
     return lock
 
 
@@ -72,7 +74,7 @@ def test_compaction_copies_and_moves_index_slots_a_few_hundred_at_a_time(tmp_pat
     e = engine(tmp_path)  # the log written above is finished now: a compaction candidate
     try:
         e.delete_ledger(2)
-        lock = counting(e, "_append", "_set_slot")
+        lock = counting(e, ("logs", "append"), ("cache", "set_slot"))
         e.compact(0.8)
         assert e.stats().extra["compactions"] == 1
         # 20,000 records copied and 20,000 slots moved; with 1 MiB batches a hold copied ~9,000
@@ -89,7 +91,7 @@ def test_a_checkpoint_writes_a_bounded_number_of_index_pages_per_hold(tmp_path: 
     for start in range(0, len(entries), 1000):
         e.add_entries(7, entries[start : start + 1000])
     e.add_entries(8, entries[:3000])
-    lock = counting(e, "_write_ledger_pages")
+    lock = counting(e, ("cache", "write_pages"))
     e.flush()
     assert 0 < lock.most <= 32, lock.most
     assert e.stats().extra["cache_dirty_pages"] == 0

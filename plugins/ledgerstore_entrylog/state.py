@@ -1,0 +1,177 @@
+"""The state the parts of the entrylog engine share, and the lock that guards it.
+
+The engine (:class:`~ledgerstore_entrylog.engine.EntryLogStorage`) is a facade over five objects,
+each given this state and the other parts it needs when it is built:
+
+* :class:`~ledgerstore_entrylog.logs.EntryLogs`: the entry log files, one active log per ledger
+  directory, appends, rolls, ledger maps and the write-back queue;
+* :class:`~ledgerstore_entrylog.ledger_cache.LedgerCache`: each ledger's header fields and index
+  pages, in memory up to a bound, evicted least recently used first;
+* :class:`~ledgerstore_entrylog.writer.Writer`: ``add_entry`` and ``add_entries``;
+* :class:`~ledgerstore_entrylog.reads.Reader`: ``get_entry`` and ``get_entries``;
+* :class:`~ledgerstore_entrylog.writeback.Checkpointer`: ``flush()`` (the checkpoint), the
+  background flush and write-back threads, ``close()``;
+* :class:`~ledgerstore_entrylog.compactor.Compactor`: GC and compaction.
+
+Locking. ``EngineState.lock`` guards every piece of mutable state of every part (the fields below,
+the ledger cache's pages, the entry logs' buffers, the write-back queue) and is held only for short
+steps: one add or batch of adds, one read, one batch of a checkpoint or compaction. Code that
+documents itself as "lock held" must be called with it. ``EngineState.flush_mutex`` serialises the
+long multi-step operations (checkpoint, GC, compaction, close) with each other; only they close or
+delete entry log files, which is why they may fsync or scan a log without holding ``lock``. The
+write-back thread holds neither lock while it syncs: under ``lock`` it checks that the log is still
+in ``logs`` (so open) and opens its own descriptor for the file, so it can never sync a closed or
+reused descriptor, and GC or compaction never waits for it.
+
+Crash safety. A checkpoint writes and fsyncs the entry logs first, then the dirty index pages and
+headers, then the directories of files created or deleted, so a durable index never points at data
+that is not durable. A dirty page evicted between checkpoints is written only after its
+directory's log buffer reached the OS, so an index on disk never points past its log's data if
+only the process dies (after a machine crash, open ignores slots beyond the logs' ends and the
+journal replays those entries). GC fsyncs the directories of deleted index files before it deletes
+a log they pointed into; compaction makes its copies durable, then the index pointing at them, and
+only then deletes the old log, and a ``.compacting`` intent file makes an interrupted compaction
+run again at the next open. ``docs/storage-entrylog.md`` gives the whole argument with the files.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from pathlib import Path
+
+from ledgerstore.errors import BookieIOError, NoSuchLedgerError
+from ledgerstore_entrylog.entrylog import EntryLog
+
+__all__ = ["CachedLedger", "EngineCounters", "EngineState", "IndexPage"]
+
+
+class IndexPage:
+    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``."""
+
+    __slots__ = ("ledger_id", "page_no", "slots", "dirty")
+
+    def __init__(self, ledger_id: int, page_no: int, slots: array[int]) -> None:
+        self.ledger_id = ledger_id
+        self.page_no = page_no
+        self.slots = slots
+        self.dirty = False
+
+
+class CachedLedger:
+    """In-memory state of one ledger."""
+
+    __slots__ = (
+        "ledger_id",
+        "dir_idx",
+        "path",
+        "master_key",
+        "fenced",
+        "last",
+        "pages",
+        "cur_no",
+        "cur_page",
+        "header_dirty",
+        "file_exists",
+        "file_pages",
+    )
+
+    def __init__(self, ledger_id: int, dir_idx: int, path: Path) -> None:
+        self.ledger_id = ledger_id
+        self.dir_idx = dir_idx
+        self.path = path
+        self.master_key: bytes | None = None
+        self.fenced = False
+        self.last = -1
+        #: cached pages of this ledger, by page number (the same objects as in the LRU)
+        self.pages: dict[int, IndexPage] = {}
+        # The page the add path wrote last: sequential adds reuse it without an LRU lookup.
+        self.cur_no = -1
+        self.cur_page: IndexPage | None = None
+        self.header_dirty = True
+        self.file_exists = False
+        self.file_pages = 0
+
+
+class EngineCounters:
+    """The counters ``stats()`` reports; written under ``EngineState.lock``."""
+
+    __slots__ = (
+        "entries_written",
+        "gc_runs",
+        "bytes_reclaimed",
+        "compactions",
+        "bytes_compacted",
+        "dirty_evictions",
+        "background_syncs",
+        "background_sync_bytes",
+    )
+
+    def __init__(self) -> None:
+        self.entries_written = 0
+        self.gc_runs = 0
+        self.bytes_reclaimed = 0
+        self.compactions = 0
+        self.bytes_compacted = 0
+        self.dirty_evictions = 0
+        self.background_syncs = 0
+        self.background_sync_bytes = 0
+
+
+class EngineState:
+    """What the parts of one engine share: settings fixed at construction, the two locks, the
+    ledgers and entry logs, the sets of files and directories a checkpoint must sync, the
+    open/closed flags and the counters. Every mutable field is guarded by :attr:`lock`."""
+
+    def __init__(self, ledger_dirs: list[Path], *, page_size: int, write_buffer_size: int,
+                 log_size_limit: int, sync_bytes: int) -> None:
+        self.ledger_dirs = ledger_dirs
+        #: ``<ledger dir>/current`` of each ledger directory, in configuration order
+        self.currents = [d / "current" for d in ledger_dirs]
+        self.page_size = page_size
+        #: index slots per page
+        self.slots_per_page = page_size // 8
+        self.write_buffer_size = write_buffer_size
+        self.log_size_limit = log_size_limit
+        #: write-back threshold: bytes written to a log between background syncs (0: off)
+        self.sync_bytes = sync_bytes
+        #: guards every mutable field of every part; held for short steps only (module docstring)
+        self.lock = threading.Lock()
+        #: serialises checkpoint, GC, compaction and close; only they close or delete entry logs
+        self.flush_mutex = threading.Lock()
+        #: every ledger stored, by id
+        self.ledgers: dict[int, CachedLedger] = {}
+        #: every entry log file, by log id
+        self.logs: dict[int, EntryLog] = {}
+        #: the active (appendable) log of each ledger directory, None until the first add
+        self.active: list[EntryLog | None] = [None] * len(self.currents)
+        #: ledgers with dirty index pages or a dirty header: what the next checkpoint writes
+        self.dirty_ledgers: set[int] = set()
+        #: index files written by cache evictions since the last checkpoint (not fsynced)
+        self.unsynced_index: set[Path] = set()
+        #: directories in which files were created or deleted since the last checkpoint
+        self.dirs_to_sync: set[Path] = set()
+        #: ledger maps written since the last checkpoint
+        self.maps_to_sync: set[Path] = set()
+        self.opened = False
+        self.closed = False
+        #: the first checkpoint or write-back failure; once set every flush() fails
+        self.flush_failure = ""
+        self.counters = EngineCounters()
+
+    def check_open(self) -> None:
+        """BookieIOError unless the engine is open and not yet closed."""
+        if self.closed or not self.opened:
+            raise BookieIOError(
+                f"entrylog storage over {', '.join(map(str, self.ledger_dirs))} is "
+                + ("closed" if self.closed else "not open; call open() first")
+            )
+
+    def ledger(self, ledger_id: int) -> CachedLedger:
+        """The stored ledger; BookieIOError when the engine is not open, NoSuchLedgerError for a
+        ledger not stored here. Lock held."""
+        self.check_open()
+        led = self.ledgers.get(ledger_id)
+        if led is None:
+            raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+        return led
