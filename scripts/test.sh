@@ -9,5 +9,5 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/python -m ruff check core plugins contrib tests benchmarks examples scripts || { echo "ruff found problems"; exit 1; }
 .venv/bin/lint-imports --no-logo || { echo "import-linter found a broken layer contract"; exit 1; }
-.venv/bin/python -m mypy core/ledgerstore || { echo "mypy found problems"; exit 1; }
+.venv/bin/python -m mypy || { echo "mypy found problems"; exit 1; }
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -23,9 +23,9 @@ try:  # compiled by scripts/setup.sh; it runs whenever core's compiled hot path 
     from ledgerstore_entrylog._records import cut_records as _compiled_cut_records
     from ledgerstore_entrylog._records import record_heads as _compiled_record_heads
 except ImportError:
-    _compiled_record_heads = None
-    _compiled_append_run = None
-    _compiled_cut_records = None
+    _compiled_record_heads = None  # type: ignore[assignment]
+    _compiled_append_run = None  # type: ignore[assignment]
+    _compiled_cut_records = None  # type: ignore[assignment]
 
 __all__ = [
     "LOG_HEADER_SIZE",
@@ -96,15 +96,15 @@ def record_heads(ledger_id: int, entries: Iterable[tuple[int, Any]]) -> list[tup
 
 
 #: ``append_run(records, i, buf, size, limit, wbs, base, spp, cur_no, slots, last) -> (i, size, last)``
-AppendRun = Callable[[list[tuple[int, bytes, Any, int]], int, bytearray, int, int, int, int, int, int, array, int],
-                     tuple[int, int, int]]
+AppendRun = Callable[[list[tuple[int, bytes, Any, int]], int, bytearray, int, int, int, int, int, int, "array[int]",
+                      int], tuple[int, int, int]]
 
 
 def append_run() -> AppendRun | None:
     """The compiled common case of the engine's batch append loop (``_records.append_run``), or
     None when the pure-Python loop runs (not built, or ``ledgerstore.proto.speedups`` says so)."""
     if _compiled_append_run is not None and speedups.compiled is not None:
-        return _compiled_append_run  # type: ignore[no-any-return]
+        return _compiled_append_run
     return None
 
 
@@ -117,7 +117,7 @@ def cut_records() -> CutRecords | None:
     """The compiled loop of ``EntryLog.read_window`` (``_records.cut_records``), or None when the
     pure-Python loop runs (not built, or ``ledgerstore.proto.speedups`` says so)."""
     if _compiled_cut_records is not None and speedups.compiled is not None:
-        return _compiled_cut_records  # type: ignore[no-any-return]
+        return _compiled_cut_records
     return None
 
 
@@ -250,7 +250,7 @@ def index_path(current: Path, ledger_id: int) -> Path:
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
-def page_from_bytes(raw: bytes, slots: int) -> array:
+def page_from_bytes(raw: bytes, slots: int) -> array[int]:
     """An index page (array of ``slots`` u64 locations, little-endian on disk) from raw bytes;
     a short read (sparse or not yet written tail) reads as zeros = absent."""
     page = array("Q")
@@ -263,7 +263,7 @@ def page_from_bytes(raw: bytes, slots: int) -> array:
     return page
 
 
-def page_to_disk(page: array) -> array | bytes:
+def page_to_disk(page: array[int]) -> array[int]:
     """The on-disk (little-endian) form of a page, without a copy on little-endian hosts."""
     if _BIG_ENDIAN_HOST:
         swapped = array("Q", page)

@@ -36,7 +36,7 @@ def read_header(path: Path) -> tuple[IndexHeader, int]:
     return decode_index_header(raw, path), size
 
 
-def read_page(path: Path, page_no: int, page_size: int) -> array:
+def read_page(path: Path, page_no: int, page_size: int) -> array[int]:
     """Page ``page_no`` of an index file (zeros where the file is short or sparse)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -53,7 +53,7 @@ def read_page(path: Path, page_no: int, page_size: int) -> array:
     return page_from_bytes(raw, page_size // 8)
 
 
-def read_last_pages(path: Path, file_size: int, page_size: int) -> Iterable[tuple[int, array]]:
+def read_last_pages(path: Path, file_size: int, page_size: int) -> Iterable[tuple[int, array[int]]]:
     """Pages of an index file from the last one backwards (used to find the last entry at open)."""
     n_pages = (file_size - INDEX_HEADER_SIZE + page_size - 1) // page_size
     for page_no in range(n_pages - 1, -1, -1):
@@ -61,7 +61,7 @@ def read_last_pages(path: Path, file_size: int, page_size: int) -> Iterable[tupl
 
 
 def write_index(
-    path: Path, header: bytes | None, pages: Iterable[tuple[int, array]], page_size: int, keep_open: bool
+    path: Path, header: bytes | None, pages: Iterable[tuple[int, array[int]]], page_size: int, keep_open: bool
 ) -> int:
     """Write the header (if given) and pages in place, creating the file if needed. Returns the
     still-open descriptor when ``keep_open`` (the caller fsyncs and closes it), else -1."""
@@ -83,7 +83,7 @@ def write_index(
     return -1
 
 
-def pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+def pwrite_all(fd: int, data: bytes | bytearray | array[int], offset: int) -> None:
     """Write all of ``data`` at ``offset``: a short write (a disk filling up) is continued, and
     one that cannot go on raises the OSError of the call that wrote nothing."""
     view = memoryview(data)

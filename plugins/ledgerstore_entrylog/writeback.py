@@ -166,7 +166,7 @@ class Checkpointer:
         # _FLUSH_LEDGER_CHUNK ledgers) per hold of the lock; the fsyncs run without it so adds
         # and reads go on meanwhile.
         i = 0
-        written: set[int] = set()  # pages of todo[i] already written by this flush
+        written_pages: set[int] = set()  # pages of todo[i] already written by this flush
         while i < len(todo):
             start = i
             opened: list[tuple[int, Path]] = []
@@ -179,12 +179,12 @@ class Checkpointer:
                     budget = _FLUSH_PAGES_PER_HOLD
                     while i < len(todo) and budget > 0 and len(opened) < _FLUSH_LEDGER_CHUNK:
                         led = st.ledgers.get(todo[i])
-                        # A page written earlier in this flush and dirtied again since holds only
+                        # A page written_pages earlier in this flush and dirtied again since holds only
                         # adds made after flush() began: the next flush writes it.
                         dirty = [] if led is None else [pg for pg in led.pages.values()
-                                                        if pg.dirty and pg.page_no not in written]
+                                                        if pg.dirty and pg.page_no not in written_pages]
                         if led is None or (not dirty and led.file_exists and not led.header_dirty):
-                            i, written = i + 1, set()
+                            i, written_pages = i + 1, set()
                             continue
                         part = dirty[:budget]
                         fd = self._cache.write_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
@@ -193,9 +193,9 @@ class Checkpointer:
                             pg.dirty = False
                         budget -= max(1, len(part))
                         if len(part) == len(dirty):
-                            i, written = i + 1, set()
+                            i, written_pages = i + 1, set()
                         else:  # the rest of this ledger's pages in the next hold
-                            written.update(pg.page_no for pg in part)
+                            written_pages.update(pg.page_no for pg in part)
                 for fd, path in opened:
                     try:
                         os.fsync(fd)

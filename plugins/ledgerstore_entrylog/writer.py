@@ -89,7 +89,8 @@ class Writer:
                 while i < n:
                     if fast is not None and slots is not None:
                         # the common case, compiled: same page, no roll, no buffer write
-                        i, size, last = fast(records, i, lg.buf, size, limit, wbs, base, spp, cur_no, slots, last)
+                        # (lg is the active log: its buffer is set)
+                        i, size, last = fast(records, i, lg.buf, size, limit, wbs, base, spp, cur_no, slots, last)  # type: ignore[arg-type]
                         if i == n:
                             break
                     entry_id, head, data, rec = records[i]

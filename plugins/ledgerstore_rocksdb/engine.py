@@ -25,11 +25,11 @@ from rocksdict import (
     CompactOptions,
     DbClosedError,
     DBCompressionType,
-    Options,
     Rdict,
     WriteBatch,
     WriteOptions,
 )
+from rocksdict import Options as RocksOptions
 
 from ledgerstore.api import StorageEngine, StorageStats
 from ledgerstore.errors import (
@@ -171,9 +171,9 @@ class RocksDBStorage(StorageEngine):
             return db
         raise AssertionError("unreachable: the last compression name either opens or raises")
 
-    def _rocks_options(self, compression: str) -> Options:
+    def _rocks_options(self, compression: str) -> RocksOptions:
         cfg = self.config
-        opts = Options(raw_mode=True)
+        opts = RocksOptions(raw_mode=True)
         opts.create_if_missing(True)
         opts.set_max_background_jobs(cfg.max_background_jobs)
         opts.set_write_buffer_size(cfg.write_buffer_size)
