@@ -10,7 +10,6 @@ not replayed by anyone, so a delete is always written through the WAL and synced
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import threading
@@ -48,6 +47,7 @@ from ledgerstore_rocksdb.format import (
     LedgerState,
     decode_record,
     decode_state,
+    deletion_runs,
     encode_entries,
     encode_record,
     encode_state,
@@ -472,7 +472,7 @@ class RocksDBStorage(StorageEngine):
                     db.write(batch, self._write_opts)
                 compact = CompactOptions()
                 compact.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
-                for first, last in _runs(pending, live):
+                for first, last in deletion_runs(pending, live):
                     db.compact_range(entry_range(first)[0], entry_range(last)[1], compact)
                 after = _dir_size(self.path)
             except Exception as exc:
@@ -519,17 +519,3 @@ class RocksDBStorage(StorageEngine):
                 extra=extra,
             )
 
-
-def _runs(pending: Sequence[int], live: Sequence[int]) -> list[tuple[int, int]]:
-    """Group sorted deleted ledger ids into ``(first, last)`` runs with no live ledger between them,
-    so adjacent deletions compact as one key range without rewriting live ledgers' data."""
-    runs: list[tuple[int, int]] = []
-    for ledger_id in pending:
-        if runs:
-            first, last = runs[-1]
-            nxt = bisect.bisect_right(live, last)
-            if nxt == len(live) or live[nxt] >= ledger_id:
-                runs[-1] = (first, ledger_id)
-                continue
-        runs.append((ledger_id, ledger_id))
-    return runs

@@ -14,8 +14,9 @@ flipped bit does. A state record's payload is ``flags (u8) | master key``.
 
 from __future__ import annotations
 
+import bisect
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -31,6 +32,7 @@ __all__ = [
     "entry_key",
     "encode_entries",
     "entry_range",
+    "deletion_runs",
     "ledger_key",
     "gc_key",
     "split_entry_key",
@@ -75,6 +77,22 @@ def entry_range(ledger_id: int) -> tuple[bytes, bytes]:
     if ledger_id == MAX_LEDGER_ID:
         return begin, GC_PREFIX  # the next prefix bounds the very last ledger
     return begin, _LEDGER_KEY.pack(ENTRY_PREFIX, ledger_id + 1)
+
+
+def deletion_runs(pending: Sequence[int], live: Sequence[int]) -> list[tuple[int, int]]:
+    """Group sorted deleted ledger ids into ``(first, last)`` runs with no live (sorted) ledger
+    id between them, so GC compacts adjacent deletions as one key range (from
+    ``entry_range(first)[0]`` to ``entry_range(last)[1]``) without rewriting live ledgers' data."""
+    runs: list[tuple[int, int]] = []
+    for ledger_id in pending:
+        if runs:
+            first, last = runs[-1]
+            nxt = bisect.bisect_right(live, last)
+            if nxt == len(live) or live[nxt] >= ledger_id:
+                runs[-1] = (first, ledger_id)
+                continue
+        runs.append((ledger_id, ledger_id))
+    return runs
 
 
 def ledger_key(prefix: bytes, ledger_id: int) -> bytes:

@@ -26,8 +26,7 @@ from ledgerstore.errors import (
     UnauthorizedAccessError,
 )
 from ledgerstore_rocksdb import RocksDBStorage
-from ledgerstore_rocksdb.engine import _runs
-from ledgerstore_rocksdb.format import encode_record, entry_key, ledger_key
+from ledgerstore_rocksdb.format import deletion_runs, encode_record, entry_key, ledger_key
 
 MiB = 1024 * 1024
 
@@ -275,9 +274,9 @@ def test_deletions_not_yet_collected_are_collected_after_restart(tmp_path: Path)
 
 
 def test_runs_group_adjacent_deletions_without_live_ledgers_between() -> None:
-    assert _runs([1, 2, 3, 7, 9], [5, 8]) == [(1, 3), (7, 7), (9, 9)]
-    assert _runs([4, 6], []) == [(4, 6)]
-    assert _runs([], [1]) == []
+    assert deletion_runs([1, 2, 3, 7, 9], [5, 8]) == [(1, 3), (7, 7), (9, 9)]
+    assert deletion_runs([4, 6], []) == [(4, 6)]
+    assert deletion_runs([], [1]) == []
 
 
 # --- per-ledger state and arguments --------------------------------------------------------------
