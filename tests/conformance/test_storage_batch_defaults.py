@@ -30,10 +30,15 @@ class _RocksDBWithDefaultBatches(RocksDBStorage):
     get_entries = StorageEngine.get_entries
 
 
-def test_the_overrides_are_really_taken_away() -> None:
+def test_the_overrides_are_really_taken_away(tmp_path) -> None:
     for cls in (_EntryLogWithDefaultBatches, _RocksDBWithDefaultBatches):
         assert cls.add_entries is StorageEngine.add_entries
         assert cls.get_entries is StorageEngine.get_entries
+    # The entrylog engine binds its add and read paths to its parts per instance, except where a
+    # subclass overrides them.
+    engine = _EntryLogWithDefaultBatches([tmp_path])
+    assert engine.add_entries.__func__ is StorageEngine.add_entries
+    assert engine.get_entries.__func__ is StorageEngine.get_entries
 
 
 class TestDefaultBatchesOverEntryLog(StorageEngineConformance):
