@@ -9,12 +9,13 @@ forward. ``docs/storage-entrylog.md`` describes the files and the crash-safety a
 
 This module is the facade: it parses the options, composes the parts
 (:class:`~ledgerstore_entrylog.parts.EngineParts`) and implements
-:class:`~ledgerstore.api.StorageEngine` by delegating to them. The parts: the shared state and its lock :mod:`~ledgerstore_entrylog.state` (whose docstring holds the
-locking and crash-safety argument), the entry logs :mod:`~ledgerstore_entrylog.logs` (one file is
+:class:`~ledgerstore.api.StorageEngine` by delegating to them. The parts: the shared state and its
+lock :mod:`~ledgerstore_entrylog.state` (whose docstring holds the locking and crash-safety
+argument), the entry logs :mod:`~ledgerstore_entrylog.logs` (one file is
 :mod:`~ledgerstore_entrylog.entrylog`), the index pages and their cache
 :mod:`~ledgerstore_entrylog.ledger_cache`, adds :mod:`~ledgerstore_entrylog.writer`, reads
-:mod:`~ledgerstore_entrylog.reads`, the checkpoint and write-back :mod:`~ledgerstore_entrylog.writeback`,
-GC and compaction :mod:`~ledgerstore_entrylog.compactor`.
+:mod:`~ledgerstore_entrylog.reads`, the checkpoint and write-back
+:mod:`~ledgerstore_entrylog.writeback`, GC and compaction :mod:`~ledgerstore_entrylog.compactor`.
 """
 
 from __future__ import annotations

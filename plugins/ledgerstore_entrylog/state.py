@@ -1,6 +1,6 @@
 """The state the parts of the entrylog engine share, and the lock that guards it.
 
-The engine (:class:`~ledgerstore_entrylog.engine.EntryLogStorage`) is a facade over five objects,
+The engine (:class:`~ledgerstore_entrylog.engine.EntryLogStorage`) is a facade over six objects,
 each given this state and the other parts it needs when it is built:
 
 * :class:`~ledgerstore_entrylog.logs.EntryLogs`: the entry log files, one active log per ledger
@@ -135,7 +135,9 @@ class EngineState:
         self.log_size_limit = log_size_limit
         #: write-back threshold: bytes written to a log between background syncs (0: off)
         self.sync_bytes = sync_bytes
-        #: guards every mutable field of every part; held for short steps only (module docstring)
+        #: guards every mutable field of every part; held for short steps only (module docstring).
+        #: The parts look it up here at each use, so a test may swap in an instrumented lock
+        #: (one counting the work done per hold) before the engine is used.
         self.lock = threading.Lock()
         #: serialises checkpoint, GC, compaction and close; only they close or delete entry logs
         self.flush_mutex = threading.Lock()

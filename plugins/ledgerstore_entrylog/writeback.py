@@ -78,9 +78,9 @@ class Checkpointer:
             try:
                 with st.lock:
                     for lg in self._logs.take_sync_queue():
-                        # GC and compaction take a log out of _logs under this lock before they
+                        # GC and compaction take a log out of state.logs under this lock before they
                         # close and delete it, and close() closes logs under it: a log still in
-                        # _logs here is open and its file exists until the lock is released. A
+                        # state.logs here is open and its file exists until the lock is released. A
                         # descriptor of our own cannot be closed or reused under the sync, and
                         # an error the sync meets is still reported to the checkpoint's fsync
                         # through the log's descriptor (errors are tracked per open file).
