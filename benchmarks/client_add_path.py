@@ -13,7 +13,7 @@ Usage::
 Each mode runs ``--runs`` times in a fresh event loop (uvloop when installed); the output is the
 min / median / max of the microseconds per add. The pure-Python figures come from a child
 process with ``LEDGERSTORE_PURE_PYTHON=1``. To measure an older checkout (its hot path built
-with its ``scripts/build_speedups.py``), put its ``core`` first: ``PYTHONPATH=OLD/core python
+in place by its own ``scripts/setup.sh``), put its ``core`` first: ``PYTHONPATH=OLD/core python
 benchmarks/client_add_path.py``.
 """
 

@@ -27,8 +27,9 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.ledgerstore-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib -name pyproject.toml -newer "$stamp" 2>/dev/null)" ]; then
-  echo "setup: installing ledgerstore[all,test] into .venv"
+installed_now=""
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ -n "$(find contrib -name pyproject.toml -newer "$stamp" 2>/dev/null)" ]; then
+  echo "setup: installing ledgerstore[all,test] into .venv (an editable install; setup.py compiles the hot path in place)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[all,test]'
   for d in contrib/*/; do
@@ -37,10 +38,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find contrib 
     fi
   done
   touch "$stamp"
+  installed_now=1
 fi
-# The compiled hot path (Cython, compiled with the system's gcc): without Cython or a compiler this
-# warns and ledgerstore runs its pure-Python path (LEDGERSTORE_PURE_PYTHON=1 forces that path).
-.venv/bin/python scripts/build_speedups.py || echo "setup: warning: the compiled hot path was not built; the pure-Python path runs" >&2
+# The compiled hot path (Cython, compiled with the system's gcc) is built by setup.py, the build
+# every wheel uses. The editable install above built it; later runs rebuild what changed since.
+# Without a compiler setup.py warns and ledgerstore runs its pure-Python path
+# (LEDGERSTORE_PURE_PYTHON=1 forces that path).
+if [ -z "$installed_now" ]; then
+  .venv/bin/python setup.py --quiet build_ext --inplace
+fi
+echo "setup: $(.venv/bin/ledgerstore --version --verbose | grep '^hot path:')"
 # Spark finds Python data sources by listing the top-level pyspark_* modules on sys.path
 # (pkgutil.iter_modules), which does not see packages served by the editable install's import
 # finder: link the one such package into site-packages, where a wheel install puts it.
