@@ -48,6 +48,7 @@ from ledgerstore.latency import (
     bookkeeper_gauge,
     histogram_families,
 )
+from ledgerstore.proto import speedups
 from ledgerstore.recovery.stuck import REASONS
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,11 @@ class BookieCollector(Collector):
             "version": __version__,
         })
         yield info
+        hot_path = GaugeMetricFamily("ledgerstore_hot_path_compiled",
+                                     "1 when the compiled hot path runs, 0 on the pure-Python one (reason says why).",
+                                     labels=["reason"])
+        hot_path.add_metric([speedups.state.reason], 1 if speedups.state.compiled else 0)
+        yield hot_path
         yield _counter("ledgerstore_bookie_add_requests", "Add requests received (accepted or not).", c.add_requests)
         yield _counter("ledgerstore_bookie_add_bytes", "Bytes of entries accepted by adds.", c.add_bytes)
         yield _counter("ledgerstore_bookie_read_requests", "Read and read-LAC requests received.", c.read_requests)

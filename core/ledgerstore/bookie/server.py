@@ -45,6 +45,7 @@ from ledgerstore.config import BookieConfig
 from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import create_transport, load_driver, notify
+from ledgerstore.proto import speedups
 from ledgerstore.stalls import peaks, probe_loop_lag, watch_gc
 from ledgerstore.startup import (
     SUPERVISOR_PID_ENV,
@@ -225,7 +226,8 @@ class Bookie:
 
             self.recovery = RecoveryService.for_bookie(self)
             await self.recovery.start()
-        log.info("bookie %s serving on %s (storage %s, journal %s)", self.bookie_id, self.server.address, cfg.storage, self.journal_dir)
+        log.info("bookie %s serving on %s (storage %s, journal %s, hot path: %s)", self.bookie_id, self.server.address,
+                 cfg.storage, self.journal_dir, speedups.state)
         notify("ledgerstore_bookie_started", bookie=self)
 
     async def stop(self) -> None:

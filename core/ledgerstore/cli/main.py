@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import sys
 
 import click
@@ -12,10 +13,23 @@ from ledgerstore import __version__
 from ledgerstore.cli.common import emit, handle_errors, run_async, setup_logging
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ledgerstore")
-def cli() -> None:
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True,
+             no_args_is_help=True)
+@click.option("--version", "show_version", is_flag=True, help="Show the version and exit.")
+@click.option("--verbose", "-v", is_flag=True, help="with --version: the Python and the hot path too")
+@click.pass_context
+def cli(ctx: click.Context, show_version: bool, verbose: bool) -> None:
     """ledgerstore: BookKeeper's replicated log in Python, every backend a plugin."""
+    if show_version:
+        click.echo(f"ledgerstore, version {__version__}")
+        if verbose:
+            from ledgerstore.proto import speedups
+
+            click.echo(f"python {platform.python_version()} ({sys.executable})")
+            click.echo(f"hot path: {speedups.state}")
+        ctx.exit()
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("a command is needed (ledgerstore --help lists them)")
 
 
 @cli.command()
@@ -39,8 +53,10 @@ def bookie(config_path: str, log_level: str) -> None:
 @handle_errors
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def plugins(as_json: bool) -> None:
-    """List every installed backend and hook implementation with its distribution."""
+    """List every installed backend and hook implementation with its distribution, and which hot
+    path runs (compiled, or pure Python and why)."""
     from ledgerstore.plugins import describe_plugins, hooks
+    from ledgerstore.proto import speedups
 
     rows = [dataclasses.asdict(p) for p in describe_plugins()]
     for plugin in hooks().get_plugins():
@@ -50,7 +66,14 @@ def plugins(as_json: bool) -> None:
             rows.append({"slot": "hooks", "name": name, "target": ", ".join(impls), "distribution": "", "version": "", "error": ""})
     for r in rows:
         r["status"] = "ok" if not r["error"] else f"broken: {r['error']}"
+    if as_json:
+        hot = speedups.state
+        rows.append({"slot": "hot path", "name": "compiled" if hot.compiled else "pure Python",
+                     "target": "ledgerstore.proto._speedups", "distribution": "ledgerstore", "version": __version__,
+                     "error": "", "status": "ok" if hot.compiled else hot.reason})
     emit(rows, as_json, ["slot", "name", "target", "distribution", "version", "status"], title="ledgerstore plugins")
+    if not as_json:
+        click.echo(f"hot path: {speedups.state}")
 
 
 @cli.group("config")

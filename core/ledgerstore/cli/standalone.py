@@ -22,6 +22,7 @@ import click
 from ledgerstore.cli.common import cluster_client, console, handle_errors
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import ConfigError
+from ledgerstore.proto import speedups
 from ledgerstore.startup import check_port_free
 
 
@@ -103,6 +104,7 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                            metadata_server=True)
     bookie_environment(cluster, http_port_base, autorecovery)
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
+    console.print(f"hot path: {speedups.state}", markup=False, highlight=False)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:

@@ -1,18 +1,25 @@
 """Which implementation of the per-entry hot loops runs: the compiled one or the pure-Python one.
 
-``ledgerstore.proto._speedups`` (Cython, built by ``scripts/setup.sh``) holds compiled versions of
+``ledgerstore.proto._speedups`` (Cython, built with every wheel and by ``scripts/setup.sh``: see
+``setup.py``) holds compiled versions of
 the codec's and the digest's per-entry loops: signing and framing a writer's batch, the bookie's
 ADD_BATCH decode, a READ_MULTI answer's decode and a reader's CRC32C verification. This module is
 the one place that chooses: :data:`compiled` is the extension when it was built and
 ``LEDGERSTORE_PURE_PYTHON`` is unset (or ``0``), else None, and then the pure-Python loops in
 ``codec.py`` and ``digest.py`` run. Both give the same bytes and the same errors; the tests run
-against both.
+against both. The other compiled modules (a writer's pending adds, the entry log's records) are
+built with this one and run only when it does.
+
+:data:`state` says which path runs and, for the pure one, why: ``ledgerstore plugins``,
+``ledgerstore --version --verbose``, ``ledgerstore standalone`` and each bookie's start-up log print
+it, and a bookie exports it as the ``ledgerstore_hot_path_compiled`` gauge.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 #: set to 1 to run the pure-Python hot loops even when the extension is built
@@ -41,16 +48,39 @@ def forced_pure() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "").strip() not in ("", "0")
 
 
-def load() -> HotPath | None:
-    """The compiled extension, or None when it is not built or the environment forces pure Python."""
+@dataclass(frozen=True)
+class HotPathState:
+    """Which hot path a process runs; ``str()`` gives ``compiled`` or ``pure Python (<why>)``."""
+
+    compiled: bool
+    #: why the pure-Python path runs; empty when the compiled one does
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return "compiled" if self.compiled else f"pure Python ({self.reason})"
+
+
+def _import() -> tuple[HotPath | None, HotPathState]:
     if forced_pure():
-        return None
+        return None, HotPathState(False, f"{PURE_PYTHON_ENV}={os.environ[PURE_PYTHON_ENV].strip()}")
     try:
         from ledgerstore.proto import _speedups  # absent when it was not built: the fallback
-    except ImportError:
-        return None
-    return _speedups
+    except ImportError as exc:
+        name = f"{__package__}._speedups"
+        if isinstance(exc, ModuleNotFoundError) and exc.name == name:
+            return None, HotPathState(False, f"{name} was not built with this install (a build without a working C compiler skips it)")
+        # built for another interpreter, or a symbol missing
+        return None, HotPathState(False, f"{name} does not load: {exc}")
+    return _speedups, HotPathState(True)
+
+
+def load() -> HotPath | None:
+    """The compiled extension, or None when it is not built or the environment forces pure Python."""
+    return _import()[0]
 
 
 #: the compiled hot path in use, or None for the pure-Python one
-compiled: HotPath | None = load()
+compiled: HotPath | None
+#: which hot path this process runs, and why when it is the pure-Python one
+state: HotPathState
+compiled, state = _import()
