@@ -56,8 +56,7 @@ def test_the_pure_path_says_the_extension_was_not_built() -> None:
     env = {k: v for k, v in os.environ.items() if k != speedups.PURE_PYTHON_ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.splitlines() == [
-        "True", "pure Python (ledgerstore.proto._speedups was not built with this install "
-                "(a build without a working C compiler skips it))"]
+        "True", "pure Python (ledgerstore.proto._speedups is not built; a build without a working C compiler skips it)"]
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

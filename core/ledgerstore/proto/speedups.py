@@ -64,11 +64,13 @@ def _import() -> tuple[HotPath | None, HotPathState]:
     if forced_pure():
         return None, HotPathState(False, f"{PURE_PYTHON_ENV}={os.environ[PURE_PYTHON_ENV].strip()}")
     try:
-        from ledgerstore.proto import _speedups  # absent when it was not built: the fallback
+        # absent when it was not built: the fallback. Imported by its full name, so that an absent
+        # module is a ModuleNotFoundError naming it (``from ... import`` says "cannot import name")
+        import ledgerstore.proto._speedups as _speedups
     except ImportError as exc:
         name = f"{__package__}._speedups"
         if isinstance(exc, ModuleNotFoundError) and exc.name == name:
-            return None, HotPathState(False, f"{name} was not built with this install (a build without a working C compiler skips it)")
+            return None, HotPathState(False, f"{name} is not built; a build without a working C compiler skips it")
         # built for another interpreter, or a symbol missing
         return None, HotPathState(False, f"{name} does not load: {exc}")
     return _speedups, HotPathState(True)
