@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite (real ZooKeeper, etcd, Spark and bookie processes).
+# tests/install builds an sdist and a wheel of this checkout, installs the wheel with its extras into
+# a fresh virtualenv outside it and runs a smoke there (standalone, a client, Spark, the compiled hot
+# path), then builds again without a C compiler and checks the pure-Python install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
