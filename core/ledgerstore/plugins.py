@@ -57,7 +57,8 @@ def load_driver(slot: str, name: str) -> type:
     names = installed(slot)
     extra = EXTRAS.get((slot, name))
     hint = (
-        f"; install it with: pip install 'ledgerstore[{extra}]'"
+        f"; install ledgerstore with its {extra!r} extra: pip install '/path/to/ledgerstore[{extra}]' "
+        "(a checkout, an sdist or a wheel; see docs/install.md)"
         if extra
         else "; install the distribution that provides it"
     )

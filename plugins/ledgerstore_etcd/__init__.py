@@ -1,6 +1,6 @@
 """etcd v3 backend of the ``ledgerstore.metadata`` slot (URI scheme ``etcd``).
 
-Install with ``pip install 'ledgerstore[etcd]'``; see docs/metadata-zookeeper-etcd.md.
+Install ledgerstore with its ``etcd`` extra (docs/install.md); see docs/metadata-zookeeper-etcd.md.
 """
 
 from ledgerstore_etcd.store import EtcdMetadataStore, parse_etcd_uri

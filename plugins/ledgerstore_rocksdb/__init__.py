@@ -1,6 +1,6 @@
 """``rocksdb`` storage engine: a bookie's ledger storage in RocksDB (through rocksdict).
 
-Select it with ``storage = "rocksdb"``; install it with ``pip install 'ledgerstore[rocksdb]'``.
+Select it with ``storage = "rocksdb"``; install ledgerstore with its ``rocksdb`` extra (docs/install.md).
 The on-disk format is described in ``docs/storage-rocksdb.md`` and :mod:`ledgerstore_rocksdb.format`.
 """
 

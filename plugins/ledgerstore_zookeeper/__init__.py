@@ -1,6 +1,6 @@
 """ZooKeeper backend of the ``ledgerstore.metadata`` slot (URI scheme ``zk``).
 
-Install with ``pip install 'ledgerstore[zookeeper]'``; see docs/metadata-zookeeper-etcd.md.
+Install ledgerstore with its ``zookeeper`` extra (docs/install.md); see docs/metadata-zookeeper-etcd.md.
 """
 
 from ledgerstore_zookeeper.store import ZooKeeperMetadataStore, parse_zk_uri

@@ -21,7 +21,7 @@ def test_missing_first_party_backend_names_its_extra(monkeypatch: pytest.MonkeyP
     import ledgerstore.plugins as plugins
 
     monkeypatch.setattr(plugins, "installed", lambda slot: ["sqlite"])  # as if the extra were not installed
-    with pytest.raises(PluginError, match=r"pip install 'ledgerstore\[zookeeper\]'"):
+    with pytest.raises(PluginError, match=r"'zookeeper' extra: pip install '/path/to/ledgerstore\[zookeeper\]'"):
         create_metadata_store("zk://127.0.0.1:2181/ledgers")
 
 

@@ -20,7 +20,8 @@ def plot_result(result: Any, path: str | Path, title: str) -> Path:
         matplotlib.use("Agg")  # files only: never needs a display
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'ledgerstore[bench]'") from None
+        raise ConfigError("--plot needs matplotlib: install ledgerstore with its 'bench' extra "
+                          "(docs/install.md)") from None
 
     out = Path(path)
     per_second = list(result.per_second)

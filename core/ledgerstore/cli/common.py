@@ -43,7 +43,7 @@ def handle_errors(fn: Callable[..., T]) -> Callable[..., T]:
         try:
             return fn(*args, **kwargs)
         # Messages are printed as text, not rich markup: an install hint's extra
-        # (pip install 'ledgerstore[rocksdb]') must survive on the command line.
+        # (pip install '/path/to/ledgerstore[rocksdb]') must survive on the command line.
         except ConfigError as exc:
             err_console.print(f"[red]configuration error:[/red] {escape(str(exc))}")
             sys.exit(EXIT_USAGE)
