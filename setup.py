@@ -52,6 +52,7 @@ class BuildHotPath(build_ext):
     """Cythonizes, then compiles the three extensions; all or none of them are installed."""
 
     def run(self) -> None:
+        self._in_place = bool(self.inplace)  # setuptools clears it while it builds
         try:
             from Cython.Build import cythonize
         except ImportError as exc:
@@ -92,9 +93,16 @@ class BuildHotPath(build_ext):
         return outfile, result[1]
 
     def _give_up(self, why: str) -> None:
-        # the wheel packs what the build directory holds: take out what this or an earlier build put there
+        # The wheel packs what the build directory holds: take out what this or an earlier build put
+        # there. In place, take out the modules an earlier build left by their sources, which would
+        # otherwise run code older than those sources.
+        build_py = self.get_finalized_command("build_py")
         for ext in self.extensions:
-            Path(self.build_lib, self.get_ext_filename(self.get_ext_fullname(ext.name))).unlink(missing_ok=True)
+            filename = self.get_ext_filename(self.get_ext_fullname(ext.name))
+            Path(self.build_lib, filename).unlink(missing_ok=True)
+            if self._in_place:
+                package = ext.name.rpartition(".")[0]
+                Path(build_py.get_package_dir(package), os.path.basename(filename)).unlink(missing_ok=True)
         self.extensions = []
         print(WARNING.format(why=" ".join(why.split())), file=sys.stderr, flush=True)
 
