@@ -61,9 +61,8 @@ async def _replace_against_the_old_ensemble(self: recovery._LedgerRecovery, eid:
     bookies = await self.ctx.bookie_infos(max_age=0)
     self.failed.update(ensemble[i] for i in idxs)
     for i in idxs:
-        new[i] = self.ctx.bookie_client.health.replace_bookie(
-            self.ctx.placement, ensemble, md.write_quorum, md.ack_quorum, i, bookies,
-            exclude=frozenset(self.failed | self.exclude))
+        new[i] = self.ctx.ensemble_placement.replace_bookie(
+            ensemble, md.write_quorum, md.ack_quorum, i, bookies, exclude=frozenset(self.failed | self.exclude))
     if first == eid:
         self.ensembles[k] = (eid, new)
     else:

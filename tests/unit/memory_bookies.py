@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import BookieInfo, Connection, PlacementPolicy, Server, Transport
+from ledgerstore.api import BookieInfo, Connection, Server, Transport
 from ledgerstore.api.transport import FrameHandler
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
+from ledgerstore.client.health import BookieHealth
+from ledgerstore.client.placement import EnsemblePlacement
 from ledgerstore.config import ClientConfig
 from ledgerstore.errors import BookieUnavailableError
 from ledgerstore.meta.ledgers import LedgerManager
@@ -149,7 +151,7 @@ class MemoryContext:
 
     config: ClientConfig
     ledgers: LedgerManager
-    placement: PlacementPolicy
+    ensemble_placement: EnsemblePlacement
     pool: ChannelPool
     bookie_client: BookieClient
     loop: asyncio.AbstractEventLoop
@@ -178,7 +180,7 @@ async def memory_context(tmp_path: Path, n_bookies: int = 3, *, names: Sequence[
     pool = ChannelPool(resolve, {}, cfg.max_frame_size, reconnect_backoff=0.0)
     pool._transports[SCHEME] = MemoryTransport(bookies)
     placement = load_driver("placement", cfg.placement)(**cfg.placement_options)
-    return MemoryContext(cfg, LedgerManager(store), placement, pool, BookieClient(pool),
+    return MemoryContext(cfg, LedgerManager(store), EnsemblePlacement(placement, BookieHealth()), pool, BookieClient(pool),
                          asyncio.get_running_loop(), bookies)
 
 

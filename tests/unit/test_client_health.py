@@ -13,6 +13,7 @@ import pytest
 from ledgerstore.client.health import BookieHealth, HealthChecker, counts_as_error
 from ledgerstore.client.ledger import LedgerHandle
 from ledgerstore.client.metrics import ClientMetrics
+from ledgerstore.client.placement import EnsemblePlacement
 from ledgerstore.errors import (
     BookieIOError,
     BookieUnavailableError,
@@ -149,28 +150,29 @@ def test_new_ensembles_and_replacements_avoid_quarantined_bookies_while_enough_o
     bookies = make_bookies(5)
     ids = [b.bookie_id for b in bookies]
     h, _, _ = health()
+    placement = EnsemblePlacement(policy, h)
     h.quarantine(ids[0], 600)
     h.quarantine(ids[1], 600)
     for _ in range(30):
-        assert set(h.new_ensemble(policy, 3, 2, 2, bookies)) == set(ids[2:])
+        assert set(placement.new_ensemble(3, 2, 2, bookies)) == set(ids[2:])
     ensemble = [ids[2], ids[3], ids[4]]
     for _ in range(30):
         # ids[4] failed: the only healthy candidates are in the ensemble, so a quarantined one is used
-        assert h.replace_bookie(policy, ensemble, 2, 2, 2, bookies, exclude=frozenset({ids[4]})) in ids[:2]
+        assert placement.replace_bookie(ensemble, 2, 2, 2, bookies, exclude=frozenset({ids[4]})) in ids[:2]
     h.release_all()
     h.quarantine(ids[0], 600)
     for _ in range(30):
-        assert h.replace_bookie(policy, ensemble, 2, 2, 2, bookies, exclude=frozenset({ids[4]})) == ids[1]
+        assert placement.replace_bookie(ensemble, 2, 2, 2, bookies, exclude=frozenset({ids[4]})) == ids[1]
         # too few healthy bookies for E=5: the quarantined one is used rather than fail
-        assert set(h.new_ensemble(policy, 5, 2, 2, bookies)) == set(ids)
+        assert set(placement.new_ensemble(5, 2, 2, bookies)) == set(ids)
     with pytest.raises(NotEnoughBookiesError):
-        h.new_ensemble(policy, 6, 2, 2, bookies)
+        placement.new_ensemble(6, 2, 2, bookies)
 
 
 def test_a_writers_ensemble_change_replaces_a_failed_bookie_with_a_healthy_one_not_a_quarantined_one(
         tmp_path: Path) -> None:
     async def test(ctx: MemoryContext) -> None:
-        ctx.bookie_client.health.quarantine("b3", 600)
+        ctx.ensemble_placement.health.quarantine("b3", 600)
         faults = FaultInjector().install(ctx)
         faults.drop("b1", ops={Op.ADD_BATCH})  # b1 fails every ledger's first add: each changes its ensemble
         handles = [await new_ledger(ctx) for _ in range(10)]

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ledgerstore.client.channel import ChannelPool, ResponseCallback
-from ledgerstore.client.health import BookieHealth
 from ledgerstore.errors import LedgerStoreError, ProtocolError, error_for_status
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
@@ -29,11 +28,8 @@ class BookieClient:
     :class:`~ledgerstore.errors.TimeoutError_`, a lost connection
     :class:`~ledgerstore.errors.BookieUnavailableError`."""
 
-    def __init__(self, pool: ChannelPool, health: BookieHealth | None = None) -> None:
+    def __init__(self, pool: ChannelPool) -> None:
         self.pool = pool
-        #: error counts and quarantines of the bookies (BookKeeper's ``getFaultyBookies``); placement
-        #: call sites choose through ``health.new_ensemble`` and ``health.replace_bookie``
-        self.health = health if health is not None else BookieHealth()
 
     async def _call(self, bookie_id: str, frame_of: Callable[[int], bytes], timeout: float, what: str,
                     kind: type[R]) -> R:

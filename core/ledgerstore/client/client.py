@@ -23,6 +23,7 @@ from ledgerstore.client.log import (
     truncate_log,
 )
 from ledgerstore.client.metrics import CLIENT_METRICS, timed
+from ledgerstore.client.placement import EnsemblePlacement
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.client.recovery import recover
 from ledgerstore.config import ClientConfig, load_client_config
@@ -111,7 +112,9 @@ class Client:
                                 transports=() if self._given_transport is None else (self._given_transport,),
                                 on_error=self.health.record_error)
         #: typed requests to bookies, for ledger handles and recovery (see :mod:`.context`)
-        self.bookie_client = BookieClient(self.pool, self.health)
+        self.bookie_client = BookieClient(self.pool)
+        #: the placement policy under the bookies' health: every new ensemble and replacement
+        self.ensemble_placement = EnsemblePlacement(self.placement, self.health)
         cfg = self.config
         self.health_checker = HealthChecker(self.health, self.store, cfg.health_check_interval_s,
                                             cfg.bookie_error_threshold_per_interval, cfg.bookie_quarantine_time_s)
@@ -200,7 +203,7 @@ class Client:
             chosen = list(bookies)
         else:
             infos = await self.bookie_infos(max_age=0)
-            chosen = self.health.new_ensemble(self.placement, e, qw, qa, infos)
+            chosen = self.ensemble_placement.new_ensemble(e, qw, qa, infos)
         lid = await self.ledgers.new_ledger_id()
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,

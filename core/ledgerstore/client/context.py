@@ -1,5 +1,5 @@
 """What a ledger handle and a recovery see of the client (BookKeeper's ``ClientContext``): the
-metadata managers, the placement policy, the bookie client and the configuration, never the
+metadata managers, the ensemble placement, the bookie client and the configuration, never the
 whole :class:`~ledgerstore.client.client.Client`. Tests hand a handle any object with these."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from ledgerstore.api import BookieInfo, PlacementPolicy
+from ledgerstore.api import BookieInfo
 from ledgerstore.client.bookie_client import BookieClient
+from ledgerstore.client.placement import EnsemblePlacement
 from ledgerstore.config import ClientConfig
 from ledgerstore.meta.ledgers import LedgerManager
 
@@ -19,7 +20,8 @@ class ClientContext(Protocol):
 
     config: ClientConfig
     ledgers: LedgerManager
-    placement: PlacementPolicy
+    #: chooses new ensembles and replacements (the placement policy under the bookies' health)
+    ensemble_placement: EnsemblePlacement
     bookie_client: BookieClient
     loop: asyncio.AbstractEventLoop
 

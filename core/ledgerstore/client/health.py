@@ -1,7 +1,8 @@
 """The client's bookie health check (BookKeeper's ``bookieHealthCheck``): errors are counted per
 bookie where requests are answered; every ``health_check_interval_s`` the bookies whose count
 reached ``bookie_error_threshold_per_interval`` are quarantined for ``bookie_quarantine_time_s``,
-and new ensembles and replacements avoid them while enough other bookies exist.
+and new ensembles and replacements avoid them while enough other bookies exist
+(:class:`~ledgerstore.client.placement.EnsemblePlacement`).
 
 The check obeys a cluster-wide switch kept where BookKeeper keeps it: a ``/disableHealthCheck``
 key in the metadata store (present = disabled; ``ledgerstore shell healthcheck``). It is read at
@@ -11,28 +12,23 @@ every check; while it is set nothing is quarantined and every quarantine is lift
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable
 
-from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy
+from ledgerstore.api import MetadataStore
 from ledgerstore.client.metrics import CLIENT_METRICS, ClientMetrics
 from ledgerstore.errors import (
     BookieIOError,
     BookieUnavailableError,
     LedgerStoreError,
     NoSuchKeyError,
-    NotEnoughBookiesError,
     ProtocolError,
 )
 from ledgerstore.proto.codec import Status
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: BookKeeper's key: present = the clients' periodic bookie health check is disabled cluster-wide
 HEALTH_CHECK_DISABLED = "/disableHealthCheck"
@@ -141,30 +137,6 @@ class BookieHealth:
         """Forget this client's figures (its client closed)."""
         self._quarantined.clear()
         self.metrics.quarantined_bookies.pop(id(self), None)
-
-    def new_ensemble(self, placement: PlacementPolicy, ensemble_size: int, write_quorum: int, ack_quorum: int,
-                     bookies: Sequence[BookieInfo], exclude: frozenset[str] = frozenset()) -> list[str]:
-        """``placement.new_ensemble`` avoiding the quarantined bookies while enough others exist."""
-        return self._avoiding(exclude, functools.partial(
-            placement.new_ensemble, ensemble_size, write_quorum, ack_quorum, bookies))
-
-    def replace_bookie(self, placement: PlacementPolicy, ensemble: Sequence[str], write_quorum: int,
-                       ack_quorum: int, index: int, bookies: Sequence[BookieInfo],
-                       exclude: frozenset[str] = frozenset()) -> str:
-        """``placement.replace_bookie`` avoiding the quarantined bookies while enough others exist."""
-        return self._avoiding(exclude, functools.partial(
-            placement.replace_bookie, list(ensemble), write_quorum, ack_quorum, index, bookies))
-
-    def _avoiding(self, exclude: frozenset[str], choose: Callable[[frozenset[str]], T]) -> T:
-        # as BookKeeper's BookieWatcher: quarantined bookies excluded first; if that leaves too
-        # few, chosen among them rather than fail
-        quarantined = self.quarantined - exclude
-        if quarantined:
-            try:
-                return choose(exclude | quarantined)
-            except NotEnoughBookiesError:
-                log.debug("not enough healthy bookies; using quarantined ones (%s)", sorted(quarantined))
-        return choose(exclude)
 
 
 class HealthChecker:

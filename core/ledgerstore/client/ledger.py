@@ -434,9 +434,8 @@ class LedgerHandle(ReadHandle):
                     exclude = frozenset(self._failed_bookies)
                     for b in failed:
                         idx = new.index(b)
-                        new[idx] = self.ctx.bookie_client.health.replace_bookie(
-                            self.ctx.placement, new, self.md.write_quorum, self.md.ack_quorum, idx, bookies,
-                            exclude=exclude)
+                        new[idx] = self.ctx.ensemble_placement.replace_bookie(
+                            new, self.md.write_quorum, self.md.ack_quorum, idx, bookies, exclude=exclude)
                 except NotEnoughBookiesError as exc:
                     log.warning("ledger %d: no replacement for %s (%s); continuing with the remaining bookies",
                                 self.ledger_id, failed, exc)

@@ -234,9 +234,8 @@ class _LedgerRecovery:
             self.failed.add(new[i])
         for i in idxs:
             # chosen one after another against the ensemble as it becomes: never the same twice
-            new[i] = self.ctx.bookie_client.health.replace_bookie(
-                self.ctx.placement, new, md.write_quorum, md.ack_quorum, i, bookies,
-                exclude=frozenset(self.failed | self.exclude))
+            new[i] = self.ctx.ensemble_placement.replace_bookie(
+                new, md.write_quorum, md.ack_quorum, i, bookies, exclude=frozenset(self.failed | self.exclude))
         log.info("recovery of ledger %d: from entry %d, %s replaced by %s", md.ledger_id, eid,
                  [ensemble[i] for i in idxs], [new[i] for i in idxs])
         if first == eid:

@@ -322,8 +322,8 @@ class ReplicationWorker:
         try:
             # through the client's health, as the writer's ensemble changes: a bookie its health
             # check quarantined is left out while enough others exist
-            return self.client.health.replace_bookie(
-                self.client.placement, ensemble, md.write_quorum, md.ack_quorum, index, bookies, exclude=shut_out)
+            return self.client.ensemble_placement.replace_bookie(
+                ensemble, md.write_quorum, md.ack_quorum, index, bookies, exclude=shut_out)
         except NotEnoughBookiesError as exc:
             raise no_replacement(md.ledger_id, ensemble, index, bookies, shut_out, exc) from exc
 
