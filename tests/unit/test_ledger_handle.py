@@ -15,6 +15,7 @@ from ledgerstore.client.recovery import READ_AHEAD, recover
 from ledgerstore.errors import (
     BookieUnavailableError,
     DigestMismatchError,
+    InvalidArgumentError,
     LedgerFencedError,
     NoSuchEntryError,
 )
@@ -90,6 +91,23 @@ def test_an_unreachable_ensemble_is_unavailable_whatever_its_bookies_are_called(
 
     run_in_memory(tmp_path, test, names=("digest-a", "digest-b", "digest-c"), read_timeout_s=0.2,
         speculative_read_timeout_ms=0)
+
+
+def test_a_readers_last_add_confirmed_only_rises_and_a_writers_is_moved_by_its_acks_alone(tmp_path: Path) -> None:
+    async def test(ctx: MemoryContext) -> None:
+        lh = await new_ledger(ctx)
+        await lh.append_many([b"a", b"b", b"c"])
+        rh = ReadHandle(ctx, await ctx.ledgers.read(lh.ledger_id), PW)
+        assert rh.last_add_confirmed == -1
+        assert rh.advance_lac(1) == 1
+        assert rh.advance_lac(0) == 1  # an older answer never lowers it
+        assert [e.payload for e in await rh.read(0)] == [b"a", b"b"]
+        with pytest.raises(InvalidArgumentError, match="advances only with its acknowledged adds"):
+            lh.advance_lac(10)
+        assert lh.last_add_confirmed == 2
+        await lh.close()
+
+    run_in_memory(tmp_path, test)
 
 
 def test_recovery_closes_at_the_last_entry_before_the_first_one_no_quorum_has(tmp_path: Path) -> None:

@@ -93,6 +93,13 @@ class LedgerHandle(ReadHandle):
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
         self.ack_observer: Callable[[int, str], None] | None = None
 
+    def advance_lac(self, entry_id: int) -> int:
+        """Refused: a writer's last-add-confirmed is what its own bookies acknowledged, and it
+        travels with every add; nothing else may move it."""
+        raise InvalidArgumentError(
+            f"ledger {self.ledger_id}: the writer's last-add-confirmed ({self._lac}) advances only with its "
+            f"acknowledged adds, not to {entry_id} from outside")
+
     # --- adding --------------------------------------------------------------------------------
 
     def _refusal(self) -> LedgerStoreError | None:

@@ -42,6 +42,15 @@ class ReadHandle:
         """Last entry known to be acknowledged (the ledger's last entry once closed)."""
         return self._lac
 
+    def advance_lac(self, entry_id: int) -> int:
+        """Learn that every entry up to ``entry_id`` is acknowledged: the last-add-confirmed
+        rises to it, never falls (an older answer is ignored). For what knows more than the
+        handle: a long poll's answer, a bookie's read-LAC, recovery that found the entries it
+        read back. Returns the last-add-confirmed after."""
+        if entry_id > self._lac:
+            self._lac = entry_id
+        return self._lac
+
     @property
     def is_closed(self) -> bool:
         return self.md.is_closed
@@ -221,8 +230,7 @@ class ReadHandle:
             await self._refresh_metadata()
             if self.md.is_closed:
                 return self._lac
-        self._lac = max(self._lac, best)
-        return self._lac
+        return self.advance_lac(best)
 
     async def wait_for_lac(self, known: int, timeout: float = 10.0) -> int:
         """Long-poll: return as soon as the LAC passes ``known`` (or ``timeout`` elapses)."""
@@ -238,7 +246,7 @@ class ReadHandle:
                     done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                     for f in done:
                         if not f.exception():
-                            self._lac = max(self._lac, f.result())
+                            self.advance_lac(f.result())
                     if self._lac > known:
                         break
             finally:

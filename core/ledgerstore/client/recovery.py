@@ -250,7 +250,7 @@ class _LedgerRecovery:
         the caller retries."""
         if start <= 0:
             return 0
-        self.handle._lac = start - 1
+        self.handle.advance_lac(start - 1)
         total = 0
         try:
             async for entry in self.handle.iter_entries(0, start - 1, batch=READ_MULTI_ENTRIES):
