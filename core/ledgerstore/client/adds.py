@@ -35,7 +35,7 @@ class PendingAdd:
         self.entry_id = entry_id
         self.item = item
         self.future = future
-        self.group: Any = None  # a ledger._Group
+        self.group: Any = None  # an add_batch.AddGroup
         self.wsmask = wsmask
         self.acked = 0
         self.failed = 0

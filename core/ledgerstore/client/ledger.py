@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from time import perf_counter
 
 from ledgerstore.client import adds
+from ledgerstore.client.add_batch import AckObserver, AddBatchOp, AddGroup, AddOutcome
 from ledgerstore.client.adds import PendingAdd
 from ledgerstore.client.bookie_client import status_error
 from ledgerstore.client.context import ClientContext
@@ -40,23 +41,6 @@ _BATCH_ENTRIES = 4096
 #: largest digest (HMAC-SHA256), with room to spare
 _FRAME_OVERHEAD = 256
 _CLOSED = LedgerState.CLOSED
-
-
-class _Group:
-    """Entries first sent together: one ADD_BATCH frame to each bookie of their write sets.
-
-    Bit ``i`` of ``acked`` is set once ensemble index ``i`` stored every entry of the group sent
-    to it (a compact all-OK answer), so a whole frame is acknowledged without per-entry work.
-    ``stale`` marks indexes whose bookie an ensemble change replaced: answers the old bookie
-    gives for them no longer count (the new bookie's count per entry, in ``PendingAdd.acked``).
-    """
-
-    __slots__ = ("acked", "stale", "ensemble")
-
-    def __init__(self, ensemble: list[str]) -> None:
-        self.acked = 0
-        self.stale = 0
-        self.ensemble = ensemble
 
 
 class LedgerHandle(ReadHandle):
@@ -91,7 +75,7 @@ class LedgerHandle(ReadHandle):
         #: signs one payload as an ADD_BATCH item: ``(entry_id, lac, payload) -> item``
         self._sign_one = codec.item_signer(self.digest)
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
-        self.ack_observer: Callable[[int, str], None] | None = None
+        self.ack_observer: AckObserver | None = None
 
     def advance_lac(self, entry_id: int) -> int:
         """Refused: a writer's last-add-confirmed is what its own bookies acknowledged, and it
@@ -279,7 +263,7 @@ class LedgerHandle(ReadHandle):
     def _send_group(self, pas: list[PendingAdd]) -> None:
         md = self.md
         ensemble = md.current_ensemble
-        group = _Group(ensemble)
+        group = AddGroup(ensemble)
         for pa in pas:
             pa.group = group
             pa.ensemble = ensemble
@@ -299,61 +283,27 @@ class LedgerHandle(ReadHandle):
                 body = codec.add_batch_body_of_items(lid, key, [pa.item for pa in per_idx[idx]])
                 self._send_frame(bid, idx, per_idx[idx], group, body)
 
-    def _send_frame(self, bid: str, idx: int, pas: list[PendingAdd], group: _Group | None, body: bytes) -> None:
+    def _send_frame(self, bid: str, idx: int, pas: list[PendingAdd], group: AddGroup | None, body: bytes) -> None:
+        op = AddBatchOp(pas, idx, bid, group)
         self.ctx.bookie_client.add_batch(bid, body,
-                                         lambda resp, exc: self._on_batch_response(pas, idx, bid, group, resp, exc),
+                                         lambda resp, exc: self._act(op, op.on_response(resp, exc, self.ack_observer)),
                                          self.ctx.config.add_timeout_s)
 
-    def _on_batch_response(self, pas: list[PendingAdd], idx: int, bid: str, group: _Group | None,
-                           resp: codec.Response | None, exc: BaseException | None) -> None:
-        observer = self.ack_observer
-        if isinstance(resp, codec.AddBatchResponse) and resp.status == Status.OK and resp.count == len(pas):
-            bit = 1 << idx
-            if resp.all_ok:
-                if group is not None:
-                    if group.stale & bit:
-                        return  # from a bookie replaced since (see _change_ensemble)
-                    group.acked |= bit
-                    if observer is not None:
-                        for pa in pas:
-                            if not pa.done:
-                                observer(pa.entry_id, bid)
-                else:
-                    for pa in pas:
-                        if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
-                            pa.acked |= bit
-                            if observer is not None:
-                                observer(pa.entry_id, bid)
-                self._complete()
+    def _act(self, op: AddBatchOp, outcome: AddOutcome) -> None:
+        """Act on what a bookie's answer to ``op`` meant: failures first (one may fail the
+        handle or start an ensemble change), then in-order acknowledgement, then resends of
+        what the bookie shed."""
+        for pa, status in outcome.failed:
+            self._add_failed(pa, op.index, op.bookie_id, status, outcome.error)
+            if self._error is not None:
                 return
-            throttled: list[PendingAdd] = []
-            for pa, item in zip(pas, resp.items, strict=True):
-                if pa.done or pa.ensemble is None or pa.ensemble[idx] != bid:
-                    continue  # late answer for an acknowledged entry, or from a replaced bookie
-                if item[1] == Status.OK:
-                    pa.acked |= bit
-                    if observer is not None:
-                        observer(pa.entry_id, bid)
-                elif item[1] == Status.TOO_MANY_REQUESTS:
-                    throttled.append(pa)
-                else:
-                    self._add_failed(pa, idx, bid, int(item[1]), None)
-                    if self._error is not None:
-                        return
+        if outcome.completed:
             self._complete()
-            if throttled:  # the bookie is at its in-flight limit for us: back off, then resend
-                self.ctx.loop.call_later(_THROTTLE_BACKOFF_S, self._resend_throttled, throttled, idx, bid)
-            return
-        status = resp.status if resp is not None else None
-        if resp is not None and status == Status.OK:  # answered, but not for these entries
-            status = Status.BAD_REQUEST
-        for pa in pas:
-            if not pa.done and pa.ensemble is not None and pa.ensemble[idx] == bid:
-                self._add_failed(pa, idx, bid, status, exc)
-                if self._error is not None:
-                    return
+        if outcome.throttled:  # the bookie is at its in-flight limit for us: back off, then resend
+            self.ctx.loop.call_later(_THROTTLE_BACKOFF_S, self._resend_throttled, outcome.throttled, op.index,
+                                     op.bookie_id)
 
-    def _resend_throttled(self, pas: list[PendingAdd], idx: int, bid: str) -> None:
+    def _resend_throttled(self, pas: Sequence[PendingAdd], idx: int, bid: str) -> None:
         if self._error is not None:
             return
         for pa in pas:
