@@ -14,6 +14,7 @@ from ledgerstore.client.add_batch import AckObserver, AddBatchOp, AddGroup, AddO
 from ledgerstore.client.adds import PendingAdd
 from ledgerstore.client.bookie_client import status_error
 from ledgerstore.client.context import ClientContext
+from ledgerstore.client.ensemble_change import Changed, EnsembleChange, LedgerGone, NoReplacement
 from ledgerstore.client.metrics import CLIENT_METRICS
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.errors import (
@@ -23,7 +24,6 @@ from ledgerstore.errors import (
     LedgerClosedError,
     LedgerFencedError,
     LedgerStoreError,
-    NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
 from ledgerstore.meta.ledgers import LedgerMetadata, LedgerState
@@ -377,67 +377,25 @@ class LedgerHandle(ReadHandle):
                 return
 
     async def _change_ensemble(self, reason: BaseException) -> None:
-        """Replace failed bookies of the current ensemble with a new fragment, by CAS."""
+        """Replace failed bookies of the current ensemble with a new fragment, by CAS, one
+        :class:`EnsembleChange` attempt after another until no bookie of the current fragment
+        has failed."""
         try:
             while True:
                 failed = [b for b in self.md.current_ensemble if b in self._failed_bookies]
                 if not failed or self._error is not None:
                     break
-                first = self._lac + 1
-                old = list(self.md.current_ensemble)
-                new = list(old)
-                try:
-                    bookies = await self.ctx.bookie_infos()
-                    exclude = frozenset(self._failed_bookies)
-                    for b in failed:
-                        idx = new.index(b)
-                        new[idx] = self.ctx.ensemble_placement.replace_bookie(
-                            new, self.md.write_quorum, self.md.ack_quorum, idx, bookies, exclude=exclude)
-                except NotEnoughBookiesError as exc:
-                    log.warning("ledger %d: no replacement for %s (%s); continuing with the remaining bookies",
-                                self.ledger_id, failed, exc)
-                    self._changing = False
-                    self._resend_unsent()
-                    self._check_quorum_possible(reason)
-                    if self._error is None:
-                        self._complete()
+                change = EnsembleChange(self.ctx, self.md, self._lac + 1, failed, self._failed_bookies, reason)
+                outcome = await change.attempt()
+                if isinstance(outcome, NoReplacement):
+                    self._go_on_without_replacement(outcome, reason)
                     return
-                md = self.md
-                ensembles = [e for e in md.ensembles if e[0] < first] + [(first, new)]
-                candidate = LedgerMetadata(**{**md.__dict__, "ensembles": ensembles})
-                try:
-                    self.md = await self.ctx.ledgers.write(candidate)
-                except BadVersionError:
-                    fresh = await self.ctx.ledgers.read(self.ledger_id)
-                    if fresh.state is not LedgerState.OPEN:
-                        self._fail_all(LedgerFencedError(
-                            f"ledger {self.ledger_id} is {fresh.state.value} (recovered by another client) "
-                            "while replacing a failed bookie"))
-                        return
-                    # someone else (auto-recovery) swapped bookies in earlier fragments: start again
-                    # from their metadata, which holds our current fragment too
-                    self.md = fresh
-                    continue
-                log.info("ledger %d: ensemble change at entry %d: %s -> %s (%s)", self.ledger_id, first, old, new, reason)
-                CLIENT_METRICS.ensemble_changes += 1
-                notify("ledgerstore_ensemble_changed", ledger_id=self.ledger_id, first_entry_id=first, old=old, new=new)
-                # resend what the replaced bookies held of pending entries; a group's answers
-                # from replaced bookies stop counting, those of the bookies that stay still count
-                for pa in list(self._pending):
-                    if pa.entry_id < first:
-                        continue
-                    ws = self.md.write_set(pa.entry_id)
-                    sent = pa.ensemble
-                    g = pa.group
-                    if g is not None:
-                        replaced = sum(1 << i for i, b in enumerate(g.ensemble) if b != new[i])
-                        g.stale |= replaced
-                        g.acked &= ~replaced
-                    redo = set(ws) if sent is None else {i for i in ws if sent[i] != new[i]}
-                    for i in redo:
-                        pa.acked &= ~(1 << i)
-                        pa.failed &= ~(1 << i)
-                    self._send(pa, only=redo)
+                if isinstance(outcome, LedgerGone):
+                    self._fail_all(outcome.error)
+                    return
+                self.md = outcome.md
+                if isinstance(outcome, Changed):
+                    self._resend_to_replacements(outcome.first, outcome.new)
         except LedgerStoreError as exc:
             self._fail_all(exc)
         finally:
@@ -449,6 +407,37 @@ class LedgerHandle(ReadHandle):
             self._bookie_failed(next(b for b in self.md.current_ensemble if b in self._failed_bookies), reason)
         if self._error is None:
             self._complete()  # what was acknowledged during the change (held back until now)
+
+    def _go_on_without_replacement(self, outcome: NoReplacement, reason: BaseException) -> None:
+        """No bookie can replace the failed ones: go on with the remaining bookies while every
+        pending entry can still reach its ack quorum."""
+        log.warning("ledger %d: no replacement for %s (%s); continuing with the remaining bookies",
+                    self.ledger_id, outcome.failed, outcome.error)
+        self._changing = False
+        self._resend_unsent()
+        self._check_quorum_possible(reason)
+        if self._error is None:
+            self._complete()
+
+    def _resend_to_replacements(self, first: int, new: list[str]) -> None:
+        """After a change to ``new`` from entry ``first`` on: resend what the replaced bookies
+        held of pending entries; a group's answers from replaced bookies stop counting, those of
+        the bookies that stay still count."""
+        for pa in list(self._pending):
+            if pa.entry_id < first:
+                continue
+            ws = self.md.write_set(pa.entry_id)
+            sent = pa.ensemble
+            g = pa.group
+            if g is not None:
+                replaced = sum(1 << i for i, b in enumerate(g.ensemble) if b != new[i])
+                g.stale |= replaced
+                g.acked &= ~replaced
+            redo = set(ws) if sent is None else {i for i in ws if sent[i] != new[i]}
+            for i in redo:
+                pa.acked &= ~(1 << i)
+                pa.failed &= ~(1 << i)
+            self._send(pa, only=redo)
 
     def _resend_unsent(self) -> None:
         for pa in self._pending:
