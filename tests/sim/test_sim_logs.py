@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from ledgerstore.client import log as log_module
 from ledgerstore.client.ledger import LedgerHandle
+from ledgerstore.client.log import base as log_base
+from ledgerstore.client.log import writer as log_writer
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.logs import LogMetadata
 from ledgerstore.sim import VirtualTimeLoop, run_seed
@@ -70,21 +71,21 @@ def test_the_simulation_catches_a_log_that_rolls_past_a_ledger_that_failed_to_cl
     metadata writes on the leading writer make a roll's close fail; the list invariant (only
     the newest two ledgers open) and the final read catch it (seed 37 first)."""
 
-    async def close_once(self: log_module.LogWriter, lh: LedgerHandle) -> None:
+    async def close_once(self: log_writer.LogWriter, lh: LedgerHandle) -> None:
         await lh.close()
 
-    async def close_sealed(self: log_module.LogWriter, seg: log_module._Segment) -> None:
+    async def close_sealed(self: log_writer.LogWriter, seg: log_writer._Segment) -> None:
         try:
             await self._close_ledger(seg.lh)
         except LedgerStoreError:
             pass  # the bug: nobody hears of the failed close
 
-    async def last_two(client: log_module.LogClient, md: LogMetadata) -> list[int]:
+    async def last_two(client: log_base.LogClient, md: LogMetadata) -> list[int]:
         return md.ledger_ids[-2:]
 
-    monkeypatch.setattr(log_module.LogWriter, "_close_ledger", close_once)
-    monkeypatch.setattr(log_module.LogWriter, "_close_sealed", close_sealed)
-    monkeypatch.setattr(log_module, "_unclosed", last_two)
+    monkeypatch.setattr(log_writer.LogWriter, "_close_ledger", close_once)
+    monkeypatch.setattr(log_writer.LogWriter, "_close_sealed", close_sealed)
+    monkeypatch.setattr(log_writer, "unclosed", last_two)
     caught = next((out for seed in ROLL_BUG_SEEDS if not (out := run_seed(seed, duration=30)).ok), None)
     assert caught is not None, f"none of seeds {ROLL_BUG_SEEDS} caught the roll past a failed close"
     assert any("rolled past a ledger that was not closed" in v for v in caught.violations), caught.violations

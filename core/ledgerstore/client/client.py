@@ -18,6 +18,7 @@ from ledgerstore.client.log import (
     LogReader,
     LogWriter,
     fence_and_delete_log,
+    list_logs,
     open_log_reader,
     open_log_writer,
     truncate_log,
@@ -36,7 +37,7 @@ from ledgerstore.errors import (
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
 from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file, require_cluster
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
-from ledgerstore.meta.logs import LogManager, Position
+from ledgerstore.meta.logs import Position
 from ledgerstore.plugins import create_metadata_store, load_driver, notify
 from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type, password_check
 
@@ -288,8 +289,7 @@ class Client:
 
     async def list_logs(self) -> list[str]:
         """Names of every log, sorted."""
-        assert self.store is not None, "the client is not started"
-        return await LogManager(self.store).list()
+        return await list_logs(self)
 
     async def delete_log(self, name: str, password: bytes = b"") -> None:
         """Delete a log and all its ledgers; a writer still leading it is fenced first."""
