@@ -177,8 +177,8 @@ async def memory_context(tmp_path: Path, n_bookies: int = 3, *, names: Sequence[
     async def resolve(bookie_id: str) -> str:
         return f"{SCHEME}://{bookie_id}"
 
-    pool = ChannelPool(resolve, {}, cfg.max_frame_size, reconnect_backoff=0.0)
-    pool._transports[SCHEME] = MemoryTransport(bookies)
+    pool = ChannelPool(resolve, {}, cfg.max_frame_size, reconnect_backoff=0.0,
+                       transports=(MemoryTransport(bookies),))
     placement = load_driver("placement", cfg.placement)(**cfg.placement_options)
     return MemoryContext(cfg, LedgerManager(store), EnsemblePlacement(placement, BookieHealth()), pool, BookieClient(pool),
                          asyncio.get_running_loop(), bookies)

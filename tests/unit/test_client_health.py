@@ -139,7 +139,7 @@ def test_an_interval_of_zero_runs_no_check() -> None:
     async def main() -> None:
         checker = HealthChecker(h, SwitchStore(), interval_s=0, threshold=1, quarantine_s=1)  # type: ignore[arg-type]
         checker.start()
-        assert checker._task is None
+        assert not checker.running
         await checker.stop()
 
     asyncio.run(main())

@@ -94,6 +94,12 @@ def implementation() -> tuple[AddFactory, PopAcknowledged]:
     return PendingAdd, pop_acknowledged
 
 
+def compiled() -> ModuleType | None:
+    """The compiled twin (``_adds``), or None when it was not built or the environment turned
+    it off; for tests that compare the two."""
+    return _compiled
+
+
 def compiled_available() -> bool:
     """Whether the compiled twin was built (and not turned off by the environment)."""
     return _compiled is not None

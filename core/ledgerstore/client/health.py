@@ -167,6 +167,11 @@ class HealthChecker:
         self.health.expire()
         return [b for b in faulty if self.health.quarantine(b, self.quarantine_s)]
 
+    @property
+    def running(self) -> bool:
+        """Whether the periodic check runs (started, with an ``interval_s`` above 0)."""
+        return self._task is not None
+
     def start(self) -> None:
         """Run the periodic check on the running loop (nothing when ``interval_s`` is 0)."""
         if self.interval_s > 0 and self._task is None:
