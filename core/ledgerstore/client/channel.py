@@ -197,6 +197,7 @@ class BookieChannel:
 
     @property
     def in_flight(self) -> int:
+        """Requests sent on this channel and not answered yet."""
         return len(self._pending)
 
 
@@ -233,6 +234,11 @@ class ChannelPool:
         if ch is None:
             ch = self._channels[bookie_id] = BookieChannel(self, bookie_id)
         return ch
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent on every channel of the pool and not answered yet."""
+        return sum(ch.in_flight for ch in self._channels.values())
 
     def use_transport(self, transport: Transport) -> None:
         """Serve the schemes ``transport`` declares with this instance instead of one built from
