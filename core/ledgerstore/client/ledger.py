@@ -1,5 +1,12 @@
 """The ledger writer: pipelined striped adds, in-order acks, ensemble change, close. The reader
-it extends is in :mod:`ledgerstore.client.read`, recovery in :mod:`ledgerstore.client.recovery`."""
+it extends is in :mod:`ledgerstore.client.read`, recovery in :mod:`ledgerstore.client.recovery`.
+
+Each protocol step is its own object, and the handle acts on what it returns: one
+:class:`~ledgerstore.client.add_batch.AddBatchOp` per ADD_BATCH frame (its ``on_response()``
+gives an ``AddOutcome``), one :class:`~ledgerstore.client.ensemble_change.EnsembleChange` per
+attempt to replace failed bookies. The per-entry work (pending adds, the in-order
+acknowledgement loop) is in :mod:`ledgerstore.client.adds` and its compiled twin ``_adds.pyx``.
+"""
 
 from __future__ import annotations
 
