@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import crc32c
 
@@ -304,6 +304,29 @@ Callback = Callable[[], None]
 C = TypeVar("C")
 
 
+class ReplayTarget(Protocol):
+    """What a replayed journal is applied to: one method per record type (a batch record is
+    replayed as one add per entry). The bookie's is its :class:`~ledgerstore.bookie.ledgers.Ledgers`."""
+
+    def replay_add(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        """An entry that was acknowledged (or may have been)."""
+
+    def replay_fence(self, ledger_id: int) -> None:
+        """The ledger was fenced."""
+
+    def replay_master_key(self, ledger_id: int, key: bytes) -> None:
+        """The ledger's first master key on this bookie."""
+
+
+def _replay_table(target: ReplayTarget) -> dict[int, Callable[[Record], None]]:
+    """Record type → how a record of it is applied to ``target``."""
+    return {
+        ADD: lambda r: target.replay_add(r.ledger_id, r.entry_id, r.data),
+        FENCE: lambda r: target.replay_fence(r.ledger_id),
+        MASTER_KEY: lambda r: target.replay_master_key(r.ledger_id, r.data),
+    }
+
+
 class Journal(Generic[C]):
     """Appends records from the event loop; a writer thread commits them in groups.
 
@@ -312,7 +335,11 @@ class Journal(Generic[C]):
     group, in order. If the writer fails, ``on_failed(completions, error)`` runs instead for the
     group it could not write, and no later append is accepted. A completion is whatever the caller
     needs to answer the requests behind its records (the bookie's are
-    :class:`ledgerstore.bookie.completions.Completion`); the journal never looks inside it.
+    :data:`ledgerstore.bookie.completions.Completion`); the journal never looks inside it.
+
+    The bookie logs through the typed calls (:meth:`log_add`, :meth:`log_add_batch`,
+    :meth:`log_fence`, :meth:`log_master_key`) and replays into a :class:`ReplayTarget`
+    (:meth:`replay_into`); :meth:`append` and :meth:`replay` are the untyped layer under them.
     """
 
     def __init__(
@@ -403,6 +430,18 @@ class Journal(Generic[C]):
         self._file_id = files[-1][0] if files else 0
         return n
 
+    def replay_into(self, target: ReplayTarget) -> int:
+        """:meth:`replay`, each record applied by the ``target`` method of its type (a record of
+        a type it has none for is skipped). Returns records replayed."""
+        table = _replay_table(target)
+
+        def apply(rec: Record) -> None:
+            how = table.get(rec.type)
+            if how is not None:
+                how(rec)
+
+        return self.replay(apply)
+
     # --- writing -------------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -421,6 +460,29 @@ class Journal(Generic[C]):
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
         self._queue.put((record, completion, records, time.perf_counter(), started))
+
+    def log_add(self, ledger_id: int, entry_id: int, entry: bytes, completion: C, started: float = 0.0) -> None:
+        """Log one added entry; ``completion`` comes back once it is durable."""
+        self.append(encode_record(ADD, ledger_id, entry_id, entry), completion, 1, started)
+
+    def log_add_batch(self, ledger_id: int, count: int, entries: Buffer, completion: C, started: float = 0.0) -> None:
+        """Log ``count`` entries of one ledger as one record whose data is the wire's ADD_BATCH
+        entry section as received (written as it is, not copied)."""
+        self.append(record_parts(ADD_BATCH, ledger_id, count, entries), completion, count, started)
+
+    def log_adds(self, ledger_id: int, entries: list[tuple[int, bytes]], completion: C) -> None:
+        """Log some entries of one ledger as one ADD record each, in one append."""
+        self.append(b"".join([encode_record(ADD, ledger_id, eid, e) for eid, e in entries]), completion,
+                    len(entries))
+
+    def log_fence(self, ledger_id: int, completion: C) -> None:
+        """Log that the ledger is fenced; ``completion`` comes back once that (and everything
+        logged before it) is durable."""
+        self.append(encode_record(FENCE, ledger_id, 0), completion)
+
+    def log_master_key(self, ledger_id: int, key: bytes, completion: C) -> None:
+        """Log the ledger's first master key on this bookie."""
+        self.append(encode_record(MASTER_KEY, ledger_id, 0, key), completion)
 
     def queue_size(self) -> int:
         """Appends waiting for the writer thread (approximate)."""
