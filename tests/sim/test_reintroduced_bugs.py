@@ -11,12 +11,11 @@ import asyncio
 
 import pytest
 
-from ledgerstore.bookie.processor import RequestProcessor
+from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
-from ledgerstore.errors import LedgerRecoveryError
+from ledgerstore.errors import BookieReadOnlyError, LedgerRecoveryError
 from ledgerstore.meta import ledgers
 from ledgerstore.meta.ledgers import LedgerMetadata
-from ledgerstore.proto.codec import Status
 from ledgerstore.sim import run_seed
 
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
@@ -97,11 +96,13 @@ def test_the_simulation_catches_a_read_only_bookie_that_refuses_recovery_adds(mo
     """Issue 14 item 6 put back: a read-only bookie refuses recovery adds like any add, so with
     bookies of a ledger's last fragment read-only (and too few writable ones to replace them)
     the ledger cannot be closed until the disks are freed."""
-    refusal = RequestProcessor._add_refusal
+    check_add = Ledgers.check_add
 
-    def refuse_when_read_only(self: RequestProcessor, ledger_id: int, key: bytes, flags: int) -> int | None:
-        return Status.READ_ONLY if self.state.read_only else refusal(self, ledger_id, key, flags)
+    def refuse_when_read_only(self: Ledgers, ledger_id: int, key: bytes, flags: int) -> None:
+        if self.state.read_only:
+            raise BookieReadOnlyError("the bookie is read-only")
+        check_add(self, ledger_id, key, flags)
 
-    monkeypatch.setattr(RequestProcessor, "_add_refusal", refuse_when_read_only)
+    monkeypatch.setattr(Ledgers, "check_add", refuse_when_read_only)
     found = _violations(1)  # seeds-to-find 1 (seed 0)
     assert any("read-only, " in v and "could not be recovered with" in v for vs in found.values() for v in vs), found

@@ -260,10 +260,10 @@ def test_the_bookie_refuses_adds_on_lost_and_re_registers_on_restored(tmp_path: 
             registered.append(True)
 
         bookie._register = register  # type: ignore[method-assign]
-        bookie._registered_event.set()
-        bookie._on_session_event(SessionEvent.LOST)
-        assert not bookie._registered_event.is_set()
-        bookie._on_session_event(SessionEvent.RESTORED)
+        bookie.state.registered.set()
+        bookie.on_session_event(SessionEvent.LOST)
+        assert not bookie.state.registered.is_set()
+        bookie.on_session_event(SessionEvent.RESTORED)
         await asyncio.sleep(0)
         assert registered == [True]
 

@@ -22,7 +22,6 @@ from typing import Any
 from ledgerstore.api.http import TEXT, HttpError, Request, Response, parse_bool
 from ledgerstore.bookie import cookie as cookies
 from ledgerstore.bookie.http_routes import Endpoints, Route, bk_bool
-from ledgerstore.bookie.processor import RECOVERY_ADD_RESERVE_BYTES
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.bookies import CookieManager
 from ledgerstore.stalls import peaks
@@ -83,7 +82,7 @@ class BookieEndpoints(Endpoints):
     async def info(self, req: Request) -> Response:
         b = self.bookie
         info = dataclasses.asdict(b.info())
-        total, used, free = b.processor.disk_usage()
+        total, used, free = b.disk_usage()
         stats = await asyncio.to_thread(b.engine.stats) if b.engine is not None else None
         from ledgerstore import __version__
 
@@ -115,22 +114,15 @@ class BookieEndpoints(Endpoints):
     def state(self) -> dict[str, Any]:
         """BookKeeper's BookieStateService body plus ``forcedReadOnly``, ``registered`` and
         ``journalFailed``."""
-        b = self.bookie
-        j = b.journal
-        journal_failed = j is not None and j.failed is not None
-        stopping = b._stopped.is_set()
-        # BookKeeper's high-priority writes are our recovery adds: a read-only bookie takes them
-        # while its ledger disks keep the reserve
-        high_priority = not stopping and not journal_failed and (
-            not b.read_only or b.processor.disk_usage()[2] >= RECOVERY_ADD_RESERVE_BYTES)
+        st = self.bookie.status()
         return {
-            "running": not stopping,
-            "readOnly": b.read_only,
-            "shuttingDown": stopping,
-            "availableForHighPriorityWrites": high_priority,
-            "forcedReadOnly": b.forced_read_only,
-            "registered": b.state.registered.is_set(),
-            "journalFailed": journal_failed,
+            "running": not st.stopping,
+            "readOnly": st.read_only,
+            "shuttingDown": st.stopping,
+            "availableForHighPriorityWrites": st.takes_recovery_adds,
+            "forcedReadOnly": st.forced_read_only,
+            "registered": st.registered,
+            "journalFailed": st.journal_failed,
         }
 
     async def get_state(self, req: Request) -> Response:
@@ -155,8 +147,8 @@ class BookieEndpoints(Endpoints):
 
     async def is_ready(self, req: Request) -> Response:
         # BookKeeper: 200 with an empty body when ready, 503 otherwise
-        b = self.bookie
-        ready = b.state.serving and b.state.registered.is_set() and not b._stopped.is_set()
+        st = self.bookie.status()
+        ready = st.serving and st.registered
         return Response(200 if ready else 503, TEXT, b"")
 
     async def list_bookies(self, req: Request) -> Response:

@@ -92,6 +92,7 @@ class BookieCollector(Collector):
     def _bookie_metrics(self) -> Iterator[Metric]:
         b = self.bookie
         c = b.counters
+        st = b.status()
         info = InfoMetricFamily("ledgerstore_bookie", "Identity of this bookie.")
         info.add_metric([], {
             "bookie_id": b.bookie_id,
@@ -114,7 +115,7 @@ class BookieCollector(Collector):
                        "Requests whose handling failed unexpectedly (answered IO_ERROR; the connection carried on).",
                        c.failed_requests)
         yield _gauge("ledgerstore_bookie_long_poll_waiters", "Long-poll LAC requests waiting on this bookie.",
-                     b.lac_waiter_count)
+                     st.lac_waiters)
         yield _counter("ledgerstore_bookie_refused_long_polls",
                        "Long-poll LAC requests refused because a waiter limit was reached.", c.refused_long_polls)
         yield _counter("ledgerstore_bookie_ledger_lookups",
@@ -125,7 +126,7 @@ class BookieCollector(Collector):
                        c.unknown_ledger_claims)
         yield _gauge("ledgerstore_bookie_requests_awaiting_metadata",
                      "Adds and fences waiting for the metadata look-up of a ledger new to this bookie.",
-                     b.processor.awaiting_count)
+                     st.requests_awaiting_metadata)
         rejected = CounterMetricFamily(
             "ledgerstore_bookie_rejected_adds", "Adds refused, by status (READ_ONLY, FENCED, UNAUTHORIZED, ...).",
             labels=["reason"],
@@ -135,17 +136,17 @@ class BookieCollector(Collector):
         for reason, n in sorted({**dict.fromkeys(_USUAL_REJECTIONS, 0), **dict(c.rejected_adds)}.items()):
             rejected.add_metric([reason], n)
         yield rejected
-        yield _gauge("ledgerstore_bookie_ledgers", "Ledgers this bookie holds a master key for.", len(b.ledgers.master_keys))
+        yield _gauge("ledgerstore_bookie_ledgers", "Ledgers this bookie holds a master key for.", st.ledgers)
         yield _gauge("ledgerstore_bookie_read_only", "1 when the bookie refuses adds (disk full or forced).",
-                     1 if b.read_only else 0)
+                     1 if st.read_only else 0)
         yield _gauge("ledgerstore_bookie_forced_read_only", "1 when read-only was forced by an administrator.",
-                     1 if b.forced_read_only else 0)
+                     1 if st.forced_read_only else 0)
         yield _gauge("ledgerstore_bookie_registered", "1 while the bookie's registration is live in metadata.",
-                     1 if b.state.registered.is_set() else 0)
-        if b.started_at:
-            yield _gauge("ledgerstore_bookie_start_time_seconds", "Unix time the bookie began serving.", b.started_at)
+                     1 if st.registered else 0)
+        if st.started_at:
+            yield _gauge("ledgerstore_bookie_start_time_seconds", "Unix time the bookie began serving.", st.started_at)
             yield _gauge("ledgerstore_bookie_uptime_seconds", "Seconds since the bookie began serving.",
-                         max(0.0, time.time() - b.started_at))
+                         max(0.0, time.time() - st.started_at))
 
     # --- journal ---------------------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class BookieCollector(Collector):
 
     def _disk_metrics(self) -> Iterator[Metric]:
         b = self.bookie
-        total, used, free = b.processor.disk_usage()
+        total, used, free = b.disk_usage()
         yield _gauge("ledgerstore_bookie_disk_total_bytes", "Size of the file systems holding ledger dirs.", total)
         yield _gauge("ledgerstore_bookie_disk_used_bytes", "Bytes used on those file systems.", used)
         yield _gauge("ledgerstore_bookie_disk_free_bytes", "Bytes free on those file systems.", free)
@@ -225,7 +226,7 @@ class BookieCollector(Collector):
 
 
     def _transport_metrics(self) -> Iterator[Metric]:
-        server = getattr(self.bookie, "server", None)
+        server = self.bookie.server
         if server is None:
             return
         # The transport's own figures (connections, unfinished-frame bytes, shed and timed-out
@@ -282,12 +283,13 @@ class BookieCollector(Collector):
             f"How late the bookie's event loop ran a {LOOP_LAG_PROBE_S}s timer: time the loop was busy.",
             self.loop_lag)
         # BookKeeper's server gauges and counters under its names
+        st = b.status()
         yield bookkeeper_gauge("bookie_SERVER_STATUS", "1 writable, 0 read-only (BookKeeper's name).",
-                               0 if b.read_only else 1)
+                               0 if st.read_only else 1)
         yield bookkeeper_counter("bookie_WRITE_BYTES", "Bytes of entries accepted by adds (BookKeeper's name).",
                                  c.add_bytes)
         yield bookkeeper_gauge("bookie_ledgers_count", "Ledgers this bookie holds (BookKeeper's name).",
-                               len(b.ledgers.master_keys))
+                               st.ledgers)
 
     # --- BookKeeper's other names ----------------------------------------------------------------
 
@@ -359,7 +361,7 @@ def under_replication_metrics(bookie: Any) -> Iterable[Metric]:
     auditor's gauges only by the bookie currently elected auditor, as in BookKeeper, so that
     ``max()`` over bookies is the cluster's figure.
     """
-    service = getattr(bookie, "recovery", None)
+    service = bookie.recovery
     worker = getattr(service, "worker", None)
     ws: dict[str, Any] = getattr(worker, "stats", None) or {}
     out: list[Metric] = [

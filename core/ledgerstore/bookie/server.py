@@ -1,10 +1,14 @@
 """The bookie: wires its parts together and runs them.
 
 The parts, each in its own module: the request processor (``processor.py``: decode, dispatch by
-table, answer), what it knows per ledger (``ledger_state.py``), whether it takes writes
-(``state.py``), the journal (``journal.py``), the garbage collector (``gc.py``), disk usage
-(``disks.py``), the cookie and data ownership (``cookie.py``, ``ownership.py``) and the admin HTTP
-server (``http.py``). :class:`Bookie` owns them, starts them in order and stops them.
+table, flow control, answer) and its read side (``reads.py``); the ledger rules and metadata
+look-ups (``ledgers.py``: :class:`Ledgers`, :class:`LedgerLookup`); what it knows per ledger
+(``ledger_state.py``); whether it takes writes (``state.py``, and the :class:`BookieStatus` it
+reports); the journal (``journal.py``) and what it hands back (``completions.py``); the garbage
+collector (``gc.py``), disk usage (``disks.py``), the cookie and data ownership (``cookie.py``,
+``ownership.py``) and the admin HTTP server (``http.py``). :class:`Bookie` owns them, starts them
+in order and stops them (:meth:`Bookie.stop`), or drops them as a crash would
+(:meth:`Bookie.abort`). ``docs/architecture.md`` draws the layers and the write and read paths.
 """
 
 from __future__ import annotations
@@ -29,18 +33,17 @@ from ledgerstore.api import (
 )
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie.compaction import CompactionControl
+from ledgerstore.bookie.completions import Completion
 from ledgerstore.bookie.cookie_validation import validate_cookie
+from ledgerstore.bookie.counters import BookieCounters
+from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.gc import GarbageCollector
-from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, Journal, Record
+from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
+from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES, LedgerLookup, Ledgers
 from ledgerstore.bookie.ownership import Ownership
-from ledgerstore.bookie.processor import (
-    RECOVERY_ADD_RESERVE_BYTES,
-    BookieCounters,
-    Completion,
-    RequestProcessor,
-)
-from ledgerstore.bookie.state import BookieState
+from ledgerstore.bookie.processor import RequestProcessor
+from ledgerstore.bookie.state import BookieState, BookieStatus
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
@@ -90,7 +93,7 @@ class Bookie:
         self.state = BookieState(self.bookie_id, config.disk_usage_threshold, config.disk_usage_lwm)
         self.counters = BookieCounters()
         self.ledgers = LedgerDescriptors()
-        self.processor = RequestProcessor(config, self.ledger_dirs, self.state, self.ledgers, self.counters)
+        self.processor = RequestProcessor(config, self.state, self.ledgers, self.counters)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._checkpoint_lock = threading.Lock()
@@ -101,7 +104,15 @@ class Bookie:
         #: compaction suspension switches and statistics (the admin API's gc endpoints)
         self.compaction = CompactionControl()
         self._collector: GarbageCollector | None = None
+        #: the data directories' lock and cookie (held from start() until stop() or abort())
+        self.ownership = Ownership(self.journal_dir, self.ledger_dirs)
+        #: the metadata look-ups of ledgers new to this bookie, and the ledger rules (once started)
+        self.lookup: LedgerLookup | None = None
+        self.rules: Ledgers | None = None
+        #: the admin HTTP server (with ``http_port``) and the auto-recovery service (with
+        #: ``[autorecovery] enabled``), once started
         self.http: Any = None
+        self.recovery: Any = None
 
     # --- views other parts read (admin API, metrics, hooks) ---------------------------------------
 
@@ -115,15 +126,27 @@ class Bookie:
         """Read-only was forced by an administrator."""
         return self.state.forced_read_only
 
-    @property
-    def _registered_event(self) -> asyncio.Event:
-        # the state's registration flag under the name tests of session events use
-        return self.state.registered
-
-    @property
-    def lac_waiter_count(self) -> int:
-        """Long-poll LAC requests waiting here."""
-        return self.processor.waiters.count
+    def status(self) -> BookieStatus:
+        """What the bookie is doing now, for the admin API and metrics."""
+        state = self.state
+        stopping = self._stopped.is_set()
+        journal_failed = self.journal is not None and self.journal.failed is not None
+        return BookieStatus(
+            serving=state.serving and not stopping,
+            stopping=stopping,
+            registered=state.registered.is_set(),
+            read_only=state.read_only,
+            forced_read_only=state.forced_read_only,
+            journal_failed=journal_failed,
+            # BookKeeper's high-priority writes are our recovery adds: a read-only bookie takes
+            # them while its ledger disks keep the reserve
+            takes_recovery_adds=not stopping and not journal_failed and (
+                not state.read_only or self.disk_usage()[2] >= RECOVERY_ADD_RESERVE_BYTES),
+            started_at=self.started_at,
+            ledgers=len(self.ledgers.master_keys),
+            lac_waiters=self.processor.waiters.count,
+            requests_awaiting_metadata=self.lookup.count if self.lookup is not None else 0,
+        )
 
     @property
     def group_observer(self) -> Any:
@@ -170,7 +193,6 @@ class Bookie:
             _, host, port = split_address(self.advertised)
             self.bookie_id = f"{host}:{port}"
             self.state.bookie_id = self.bookie_id
-        self.ownership = Ownership(self.journal_dir, self.ledger_dirs)
         try:
             # held until stop() (or the process's end): offline tools refuse these directories meanwhile
             self.ownership.acquire()
@@ -195,13 +217,16 @@ class Bookie:
             sync=cfg.journal.sync,
             direct_io=cfg.journal.direct_io,
         )
+        self.lookup = LedgerLookup(self.store, self.counters, cfg.max_requests_awaiting_metadata, self._loop,
+                                   self.processor.resume, self.processor.refuse)
+        self.rules = Ledgers(self.state, self.ledgers, self.engine, self.journal, self.lookup, self.disk_usage,
+                             self.disk_full)
         t0 = time.monotonic()
-        replayed = await asyncio.to_thread(self.journal.replay, self._apply_replayed)
+        replayed = await asyncio.to_thread(self.journal.replay_into, self.rules)
         if replayed:
             log.info("replayed %d journal records in %.2fs", replayed, time.monotonic() - t0)
         self.ledgers.load(self.engine)
-        self.processor.attach(self.engine, self.journal, self.store, self.ownership, self._loop)
-        self.processor.on_disk_full = self.disk_full
+        self.processor.attach(self.rules, self.journal, self.lookup, self.ownership, self._loop)
         self.journal.start(self._loop)
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
@@ -214,13 +239,12 @@ class Bookie:
 
             self.http = await start_admin_http(self, cfg.http_address, cfg.http_port)
         await self._register()
-        self.store.add_session_listener(self._on_session_event)
+        self.store.add_session_listener(self.on_session_event)
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
         self._tasks.append(asyncio.create_task(self._disk_check_loop(), name="disk-check"))
         if cfg.gc_wait_time_ms > 0:
             self._tasks.append(asyncio.create_task(self._gc().run(), name="gc"))
         self.started_at = time.time()
-        self.recovery: Any = None
         if cfg.autorecovery.enabled:
             from ledgerstore.recovery.service import RecoveryService
 
@@ -236,18 +260,19 @@ class Bookie:
             return
         self._stopped.set()
         notify("ledgerstore_bookie_stopping", bookie=self)
-        if getattr(self, "recovery", None) is not None:
+        if self.recovery is not None:
             await self.recovery.stop()
-        for t in [*self._tasks, *self.processor.lookups]:
+        lookups = self.lookup.tasks() if self.lookup is not None else []
+        for t in [*self._tasks, *lookups]:
             t.cancel()
-        for t in [*self._tasks, *self.processor.lookups]:
+        for t in [*self._tasks, *lookups]:
             try:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
         if self.server is not None:
             await self.server.close()
-        if getattr(self, "http", None) is not None:
+        if self.http is not None:
             await self.http.close()
         if self.journal is not None:
             await asyncio.to_thread(self.journal.close)
@@ -262,8 +287,19 @@ class Bookie:
             except LedgerStoreError as exc:
                 log.warning("could not unregister: %s", exc)
             await self.store.close()
-        if getattr(self, "ownership", None) is not None:
-            self.ownership.release()
+        self.ownership.release()
+
+    def abort(self) -> None:
+        """Drop the bookie as a crash of its process would: it stops serving, its tasks and
+        metadata look-ups are cancelled and its directory locks let go; nothing is flushed,
+        checkpointed or unregistered. What else a crash loses (the journal's unsynced bytes,
+        the connections, the metadata session) belongs to the journal, transport and store the
+        caller gave it, and the caller drops them (the simulator's disks, network and store)."""
+        self.state.serving = False
+        lookups = self.lookup.tasks() if self.lookup is not None else []
+        for t in [*self._tasks, *lookups]:
+            t.cancel()
+        self.ownership.release()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -276,7 +312,7 @@ class Bookie:
             self.store, self.config, self.bookie_id, self.advertised, self.journal_dir, self.ledger_dirs)
 
     def info(self) -> BookieInfo:
-        total, used, free = self._disk_usage()
+        total, used, free = self.disk_usage()
         return BookieInfo(
             bookie_id=self.bookie_id,
             endpoint=self.advertised,
@@ -295,7 +331,9 @@ class Bookie:
         peaks.observe("metadata_register", time.perf_counter() - t0)
         self.state.registered.set()
 
-    def _on_session_event(self, event: SessionEvent) -> None:
+    def on_session_event(self, event: SessionEvent) -> None:
+        """The metadata store's session listener: a lost session stops adds until the bookie
+        is registered again, which it does once the session is restored."""
         if event is SessionEvent.LOST:
             log.warning("metadata session lost: refusing adds until re-registered")
             self.state.registered.clear()
@@ -305,16 +343,6 @@ class Bookie:
             self._loop.create_task(self._register())
 
     # --- state ---------------------------------------------------------------------------------
-
-    def _apply_replayed(self, rec: Record) -> None:
-        engine = self.engine
-        assert engine is not None
-        if rec.type == ADD:
-            engine.add_entry(rec.ledger_id, rec.entry_id, rec.data)
-        elif rec.type == FENCE:
-            engine.set_fenced(rec.ledger_id)
-        elif rec.type == MASTER_KEY:
-            engine.set_master_key(rec.ledger_id, rec.data)
 
     def checkpoint(self) -> None:
         """Flush the engine and advance the journal mark (runs in a worker thread)."""
@@ -374,11 +402,12 @@ class Bookie:
 
     # --- disks ---------------------------------------------------------------------------------
 
-    def _disk_usage(self) -> tuple[int, int, int]:
-        return self.processor.disk_usage()
+    def disk_usage(self) -> tuple[int, int, int]:
+        """(total, used, free) bytes of the ledger directories' file systems."""
+        return disk_usage(self.ledger_dirs)
 
     def _update_disk_state(self) -> bool:
-        total, used, _ = self._disk_usage()
+        total, used, _ = self.disk_usage()
         return self.state.update(used / total if total else 0.0, self.ownership.lost)
 
     async def set_read_only(self, read_only: bool) -> None:

@@ -1,9 +1,11 @@
 """Whether the bookie takes writes (BookKeeper's ``StateManager``): serving or still starting,
-registered or not, writable or read-only, and why."""
+registered or not, writable or read-only, and why; and :class:`BookieStatus`, the snapshot the
+admin API and metrics read (``Bookie.status()``)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 log = logging.getLogger(__name__)
@@ -38,3 +40,32 @@ class BookieState:
             log.warning("bookie %s is now %s (%s)", self.bookie_id, "READ-ONLY" if self.read_only else "writable",
                         "it lost its data" if lost is not None else f"disk {used_fraction * 100:.1f}% used")
         return self.read_only != was
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BookieStatus:
+    """What a bookie is doing at one moment (``Bookie.status()``): the admin API's state and
+    readiness answers and the bookie's gauges are read from it."""
+
+    #: serving requests: started (journal replayed) and not stopping
+    serving: bool
+    #: stop() has begun
+    stopping: bool
+    #: its registration stands in the metadata store
+    registered: bool
+    read_only: bool
+    #: read-only was forced by an administrator
+    forced_read_only: bool
+    #: a journal write failed: adds are answered IO_ERROR
+    journal_failed: bool
+    #: recovery adds are taken (BookKeeper's "available for high-priority writes"): writable, or
+    #: read-only with the ledger disks keeping the recovery-add reserve
+    takes_recovery_adds: bool
+    #: Unix time it began serving (0 before)
+    started_at: float
+    #: ledgers it holds a master key for
+    ledgers: int
+    #: long-poll LAC requests waiting
+    lac_waiters: int
+    #: adds and fences waiting for the metadata look-up of a ledger new to this bookie
+    requests_awaiting_metadata: int

@@ -83,17 +83,13 @@ class SimBookie:
         if b is None:
             return
         self.bookie = None
-        b.state.serving = False
-        for t in [*b._tasks, *b.processor.lookups]:
-            t.cancel()
+        b.abort()
         if isinstance(b.journal, SimJournal):
             b.journal.crash()
         if b.server is not None:
             b.server.crash()
         if self.store is not None:
             self.store.crash()
-        if getattr(b, "ownership", None) is not None:
-            b.ownership.release()
         lost = self.journal_disk.crash()
         self.world.trace("bookie.crash", f"{self.name} lost {lost} journal bytes")
 
@@ -144,8 +140,7 @@ class World:
         """Let go of every bookie's directory locks (their files stay open for as long as a bookie
         lives, and a run leaves its last bookies running) and remove the scratch directory."""
         for b in self.bookies:
-            ownership = getattr(b.bookie, "ownership", None)
-            if ownership is not None:
-                ownership.release()
+            if b.bookie is not None:
+                b.bookie.ownership.release()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
