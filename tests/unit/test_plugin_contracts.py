@@ -252,20 +252,21 @@ def test_session_events_are_an_enum_whose_values_are_the_old_strings() -> None:
 def test_the_bookie_refuses_adds_on_lost_and_re_registers_on_restored(tmp_path: Path) -> None:
     async def main() -> None:
         name = f"contracts-{uuid.uuid4().hex}"
-        bookie = Bookie(BookieConfig(metadata=f"memory://{name}", ledger_dirs=[str(tmp_path)]))
-        bookie._loop = asyncio.get_running_loop()
-        registered: list[bool] = []
-
-        async def register() -> None:
-            registered.append(True)
-
-        bookie._register = register  # type: ignore[method-assign]
-        bookie.state.registered.set()
-        bookie.on_session_event(SessionEvent.LOST)
-        assert not bookie.state.registered.is_set()
-        bookie.on_session_event(SessionEvent.RESTORED)
-        await asyncio.sleep(0)
-        assert registered == [True]
+        bookie = Bookie(BookieConfig(metadata=f"memory://{name}", listen="tcp://127.0.0.1:0", auto_init_cluster=True,
+                                     journal_dir=str(tmp_path / "journal"), ledger_dirs=[str(tmp_path / "ledgers")]))
+        await bookie.start()
+        try:
+            assert bookie.status().registered
+            assert bookie.registry is not None
+            await bookie.registry.unregister(bookie.bookie_id)  # what the lost session's ephemeral node does
+            bookie.on_session_event(SessionEvent.LOST)
+            assert not bookie.status().registered
+            bookie.on_session_event(SessionEvent.RESTORED)
+            await asyncio.wait_for(bookie.state.registered.wait(), 10)
+            assert [i.bookie_id for i in await bookie.registry.all()] == [bookie.bookie_id]
+        finally:
+            await bookie.stop()
+            drop_namespace(name)
 
     asyncio.run(main())
 

@@ -264,9 +264,7 @@ class BookieEndpoints(Endpoints):
         if added:
             # the running bookie checks that its cookie files stay the ones it runs with: it
             # adopts the new cookie and the files change with no await in between
-            ownership = getattr(b, "ownership", None)
-            if ownership is not None:
-                ownership.cookie = cookie
+            b.ownership.cookie = cookie
             cookies.write_local(cookies.cookie_dirs(b.journal_dir, wanted), cookie)
             await CookieManager(b.store).put(b.bookie_id, {**cookie, "endpoint": b.advertised})
             log.info("storage expanded with %s; set ledger_dirs = %s in the config and restart", added, dirs)

@@ -13,25 +13,17 @@ from collections.abc import Callable
 
 from ledgerstore.api import ServerConnection, StorageEngine
 from ledgerstore.errors import LedgerStoreError
-from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import parse_entry_header
-
-#: what :meth:`LedgerDescriptors.check_key` answers for a ledger new to this bookie whose metadata
-#: was not looked up yet: the request waits for the look-up (not a wire status)
-AWAIT_METADATA = -1
 
 
 class LedgerDescriptors:
-    """Master key, fenced flag and LAC of every ledger held, and the first keys the metadata store
-    allowed for ledgers new to this bookie."""
+    """Master key, fenced flag and LAC of every ledger held (the rules that change them are
+    :class:`~ledgerstore.bookie.ledgers.Ledgers`)."""
 
     def __init__(self) -> None:
         self.master_keys: dict[int, bytes] = {}
         self.fenced: set[int] = set()
         self.lac: dict[int, int] = {}
-        #: first master keys allowed by the metadata store, for ledgers new to this bookie:
-        #: ledger → the key its stored password gives, or b"" when the metadata holds no password
-        self.allowed_keys: dict[int, bytes] = {}
 
     def load(self, engine: StorageEngine) -> None:
         """Read every ledger's key, fenced flag and LAC from the engine (at start-up)."""
@@ -48,33 +40,6 @@ class LedgerDescriptors:
                     self.lac[lid] = lac
                 except LedgerStoreError:
                     self.lac[lid] = -1
-
-    def check_key(self, ledger_id: int, key: bytes, record_first: Callable[[int, bytes], None]) -> int | None:
-        """Status to refuse with, or None. Records the key of a ledger new to this bookie (through
-        ``record_first``), once the metadata store has shown the ledger exists (and, when it stores
-        the ledger's password, that the key is the one it gives); until then answers
-        :data:`AWAIT_METADATA`."""
-        known = self.master_keys.get(ledger_id)
-        if known is None:
-            if not key:
-                return Status.UNAUTHORIZED
-            allowed = self.allowed_keys.get(ledger_id)
-            if allowed is None:
-                return AWAIT_METADATA
-            if allowed and allowed != key:
-                return Status.UNAUTHORIZED
-            record_first(ledger_id, key)
-            del self.allowed_keys[ledger_id]
-            self.master_keys[ledger_id] = key
-            return None
-        if known != key:
-            return Status.UNAUTHORIZED
-        return None
-
-    def allow_first_key(self, ledger_id: int, allowed: bytes) -> None:
-        """The metadata store holds the ledger: its first key may be ``allowed`` (b"": any)."""
-        if ledger_id not in self.master_keys:
-            self.allowed_keys[ledger_id] = allowed
 
     def forget(self, ledger_id: int) -> None:
         """The ledger was deleted (garbage collected)."""

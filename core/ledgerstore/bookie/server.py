@@ -26,6 +26,7 @@ from typing import Any
 from ledgerstore.api import (
     BookieInfo,
     MetadataStore,
+    Server,
     ServerConnection,
     SessionEvent,
     StorageEngine,
@@ -88,7 +89,7 @@ class Bookie:
         self.store: MetadataStore | None = None
         self.engine: StorageEngine | None = None
         self.journal: Journal[Completion] | None = None
-        self.server: Any = None
+        self.server: Server | None = None
         self.registry: BookieRegistry | None = None
         self.state = BookieState(self.bookie_id, config.disk_usage_threshold, config.disk_usage_lwm)
         self.counters = BookieCounters()

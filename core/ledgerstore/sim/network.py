@@ -77,7 +77,7 @@ class SimNetwork:
         self.default = LinkFaults()
         self.links: dict[tuple[str, str], LinkFaults] = {}
         self.cut: set[tuple[str, str]] = set()
-        self.servers: dict[str, _SimServer] = {}
+        self.servers: dict[str, SimServer] = {}
         #: paused nodes → frames waiting for them to wake up
         self.held: dict[str, list[Callable[[], None]]] = {}
         #: held links (one process's sends to one node) → frames waiting to be sent
@@ -282,7 +282,7 @@ class _ServerSide:
 
 
 class _ClientConnection(Connection):
-    def __init__(self, network: SimNetwork, client: str, server: _SimServer,
+    def __init__(self, network: SimNetwork, client: str, server: SimServer,
                  on_frames: Callable[[Sequence[bytes]], None],
                  on_close: Callable[[BaseException | None], None]) -> None:
         self.network = network
@@ -323,7 +323,9 @@ class _ClientConnection(Connection):
         self.network.loop.call_soon(self._on_close, error)
 
 
-class _SimServer(Server):
+class SimServer(Server):
+    """A simulated node's listening server; :meth:`crash` is what its process's end does to it."""
+
     def __init__(self, network: SimNetwork, node: str, address: str, handler: FrameHandler) -> None:
         self.network = network
         self.node = node
@@ -370,6 +372,6 @@ class SimTransport(Transport):
         return conn
 
     async def serve(self, address: str, handler: FrameHandler) -> Server:
-        server = _SimServer(self.network, self.node, address, handler)
+        server = SimServer(self.network, self.node, address, handler)
         self.network.servers[address] = server
         return server

@@ -21,7 +21,7 @@ from ledgerstore.config import BookieConfig, ClientConfig
 from ledgerstore.sim.disk import EngineDisk, JournalDisk, SimJournal, SimStorageEngine
 from ledgerstore.sim.loop import VirtualTimeLoop
 from ledgerstore.sim.metadata import SimMetadata, SimMetadataStore
-from ledgerstore.sim.network import SimNetwork, SimTransport
+from ledgerstore.sim.network import SimNetwork, SimServer, SimTransport
 from ledgerstore.sim.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class SimBookie:
         b.abort()
         if isinstance(b.journal, SimJournal):
             b.journal.crash()
-        if b.server is not None:
+        if isinstance(b.server, SimServer):
             b.server.crash()
         if self.store is not None:
             self.store.crash()
