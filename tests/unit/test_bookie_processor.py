@@ -211,6 +211,23 @@ def test_a_fenced_ledger_refuses_adds_but_takes_recovery_adds(tmp_path: Path) ->
     run(tmp_path, scenario)
 
 
+def test_a_read_only_bookie_refuses_adds_but_takes_recovery_adds_while_its_disks_keep_the_reserve(
+        tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        dm = await rig.ledger(8)
+        conn = Conn()
+        rig.send(conn, add(1, dm, 0))
+        await conn.answers(1)
+        rig.processor.state.read_only = True
+        rig.send(conn, add(2, dm, 1), add(3, dm, 1, flags=FLAG_RECOVERY_ADD))
+        refused, recovery = (await conn.answers(3))[1:]
+        assert (refused.request_id, refused.status) == (2, Status.READ_ONLY)
+        assert (recovery.request_id, recovery.status) == (3, Status.OK)
+        assert rig.processor.counters.rejected_adds == {"READ_ONLY": 1}
+
+    run(tmp_path, scenario)
+
+
 def test_an_add_with_another_master_key_is_refused_unauthorized(tmp_path: Path) -> None:
     async def scenario(rig: Rig) -> None:
         dm = await rig.ledger(4)

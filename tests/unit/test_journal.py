@@ -255,3 +255,48 @@ def test_other_errors_opening_a_direct_journal_are_not_hidden(tmp_path: Path,
     monkeypatch.setattr(os, "open", full_open)
     with pytest.raises(OSError, match="No space"):
         j._roll()
+
+
+class Recorder:
+    """A replay target that records each call it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def replay_add(self, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        self.calls.append(("add", ledger_id, entry_id, entry))
+
+    def replay_fence(self, ledger_id: int) -> None:
+        self.calls.append(("fence", ledger_id))
+
+    def replay_master_key(self, ledger_id: int, key: bytes) -> None:
+        self.calls.append(("key", ledger_id, key))
+
+
+def test_typed_log_calls_replay_into_a_target_one_method_per_record_type(tmp_path: Path) -> None:
+    async def main() -> None:
+        durable: list[str] = []
+        all_durable = asyncio.Event()
+
+        def on_durable(completions: list[str]) -> None:
+            durable.extend(completions)
+            if len(durable) == 5:
+                all_durable.set()
+
+        j: Journal[str] = Journal(tmp_path, on_durable, sync=False)
+        j.replay_into(Recorder())
+        j.start(asyncio.get_running_loop())
+        j.log_master_key(7, b"key", "key")
+        j.log_add(7, 0, b"e0", "add")
+        section = b"".join(struct.pack(">QI", eid, len(e)) + e for eid, e in [(1, b"e1"), (2, b"e2")])
+        j.log_add_batch(7, 2, section, "batch")
+        j.log_adds(7, [(3, b"e3"), (4, b"e4")], "adds")
+        j.log_fence(7, "fence")
+        await asyncio.wait_for(all_durable.wait(), 30)
+        await asyncio.to_thread(j.close)
+        assert durable == ["key", "add", "batch", "adds", "fence"]
+
+    asyncio.run(main())
+    target = Recorder()
+    assert Journal(tmp_path, lambda t: None).replay_into(target) == 7
+    assert target.calls == [("key", 7, b"key"), *(("add", 7, i, f"e{i}".encode()) for i in range(5)), ("fence", 7)]
