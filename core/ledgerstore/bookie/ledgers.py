@@ -1,6 +1,7 @@
-"""The bookie's domain layer: the rules an add or a fence must pass, storing an entry and logging
-it (BookKeeper's ``Bookie.addEntry``: ``handle.addEntry(entry); journal.logAddEntry(...)``), and
-the metadata look-up of a ledger new to this bookie.
+"""The bookie's domain layer: the rules an add or a fence must pass, storing entries (BookKeeper's
+``Bookie.addEntry``: ``handle.addEntry(entry)``; the request processor then logs them with
+``Journal.log_add`` and the completion that answers them), fencing durably, and the metadata
+look-up of a ledger new to this bookie.
 
 :class:`Ledgers` holds the rules (master key, fenced flag, read-only and the recovery-add
 reserve, a failed journal) and raises a typed error from :mod:`ledgerstore.errors` for each
@@ -210,7 +211,7 @@ class Ledgers:
     def check_add(self, ledger_id: int, key: bytes, flags: int) -> None:
         """Pass when adds of the ledger with this key and flags may be stored. Raises
         :class:`BookieReadOnlyError` (not registered, or read-only and not a recovery add that
-        fits the disks' reserve), :class:`BookieIOError` (the journal failed), what
+        fits the disks' reserve), :class:`JournalFailedError` (the journal failed), what
         :meth:`check_key` raises, or :class:`LedgerFencedError` (fenced, and not a recovery add)."""
         state = self.state
         if not state.registered.is_set():
