@@ -21,10 +21,10 @@ from ledgerstore.bookie.counters import BookieCounters
 from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
-from ledgerstore.bookie.ledgers import LedgerLookup, Ledgers
+from ledgerstore.bookie.parts import ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
 from ledgerstore.bookie.state import BookieState
-from ledgerstore.config import BookieConfig
+from ledgerstore.config import BookieConfig, JournalConfig
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Op, Status
@@ -84,31 +84,27 @@ class Rig:
 async def make_rig(tmp_path: Path) -> AsyncIterator[Rig]:
     name = f"processor-{uuid.uuid4().hex}"
     config = BookieConfig(metadata=f"memory://{name}", ledger_dirs=[str(tmp_path / "ledgers")],
-                          journal_dir=str(tmp_path / "journal"))
+                          journal_dir=str(tmp_path / "journal"), journal=JournalConfig(sync=False))
     state = BookieState("b:1", config.disk_usage_threshold, config.disk_usage_lwm)
-    descriptors, counters = LedgerDescriptors(), BookieCounters()
-    processor = RequestProcessor(config, state, descriptors, counters)
+    processor = RequestProcessor(config, state, LedgerDescriptors(), BookieCounters())
     store = MemoryMetadataStore(f"memory://{name}")
     await store.start()
     (tmp_path / "ledgers").mkdir()
     engine = EntryLogStorage([tmp_path / "ledgers"])
     engine.open()
-    journal: Journal[typing.Any] = Journal(tmp_path / "journal", processor.on_durable,
-                                           on_failed=processor.on_journal_failed, sync=False)
     loop = asyncio.get_running_loop()
-    lookup = LedgerLookup(store, counters, config.max_requests_awaiting_metadata, loop, processor.resume,
-                          processor.refuse)
-    ledgers = Ledgers(state, descriptors, engine, journal, lookup, lambda: disk_usage([tmp_path / "ledgers"]),
-                      lambda: None)
-    journal.replay_into(ledgers)
-    processor.attach(ledgers, journal, lookup, None, loop)
+    parts = ServingParts.build(processor, engine, store, tmp_path / "journal", loop,
+                               disk_usage=lambda: disk_usage([tmp_path / "ledgers"]), on_disk_full=lambda: None)
+    journal = parts.journal
+    journal.replay_into(parts.ledgers)
+    processor.attach(parts.ledgers, journal, parts.lookup, None, loop)
     journal.start(loop)
     state.serving = True
     state.registered.set()
     try:
         yield Rig(processor, store, journal)
     finally:
-        for t in lookup.tasks():
+        for t in parts.lookup.tasks():
             t.cancel()
         journal.close()
         engine.close()

@@ -4,11 +4,12 @@ The parts, each in its own module: the request processor (``processor.py``: deco
 table, flow control, answer) and its read side (``reads.py``); the ledger rules and metadata
 look-ups (``ledgers.py``: :class:`Ledgers`, :class:`LedgerLookup`); what it knows per ledger
 (``ledger_state.py``); whether it takes writes (``state.py``, and the :class:`BookieStatus` it
-reports); the journal (``journal.py``) and what it hands back (``completions.py``); the garbage
-collector (``gc.py``), disk usage (``disks.py``), the cookie and data ownership (``cookie.py``,
-``ownership.py``) and the admin HTTP server (``http.py``). :class:`Bookie` owns them, starts them
-in order and stops them (:meth:`Bookie.stop`), or drops them as a crash would
-(:meth:`Bookie.abort`). ``docs/architecture.md`` draws the layers and the write and read paths.
+reports); the journal (``journal.py``) and what it hands back (``completions.py``), built with
+the look-ups and rules in one place (``parts.py``); the garbage collector (``gc.py``), disk usage
+(``disks.py``), the cookie and data ownership (``cookie.py``, ``ownership.py``) and the admin
+HTTP server (``http.py``). :class:`Bookie` owns them, starts them in order and stops them
+(:meth:`Bookie.stop`), or drops them as a crash would (:meth:`Bookie.abort`).
+``docs/architecture.md`` draws the layers and the write and read paths.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.gc import GarbageCollector
 from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
-from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES, LedgerLookup, Ledgers
+from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
 from ledgerstore.bookie.ownership import Ownership
+from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
 from ledgerstore.bookie.state import BookieState, BookieStatus
 from ledgerstore.config import BookieConfig
@@ -70,7 +72,7 @@ class Bookie:
 
     def __init__(self, config: BookieConfig, *, metadata_store: MetadataStore | None = None,
                  transport: Transport | None = None, engine: StorageEngine | None = None,
-                 journal_factory: Callable[..., Journal[Completion]] = Journal) -> None:
+                 journal_factory: JournalFactory = Journal) -> None:
         """``config`` says what to build. The keyword arguments are seams for embedding and for
         the deterministic simulation (:mod:`ledgerstore.sim`): a given (unstarted) metadata store,
         transport or storage engine is used instead of the one the config names, and
@@ -107,9 +109,8 @@ class Bookie:
         self._collector: GarbageCollector | None = None
         #: the data directories' lock and cookie (held from start() until stop() or abort())
         self.ownership = Ownership(self.journal_dir, self.ledger_dirs)
-        #: the metadata look-ups of ledgers new to this bookie, and the ledger rules (once started)
-        self.lookup: LedgerLookup | None = None
-        self.rules: Ledgers | None = None
+        #: the journal, metadata look-ups and ledger rules the requests go through (once started)
+        self.parts: ServingParts | None = None
         #: the admin HTTP server (with ``http_port``) and the auto-recovery service (with
         #: ``[autorecovery] enabled``), once started
         self.http: Any = None
@@ -146,7 +147,7 @@ class Bookie:
             started_at=self.started_at,
             ledgers=len(self.ledgers.master_keys),
             lac_waiters=self.processor.waiters.count,
-            requests_awaiting_metadata=self.lookup.count if self.lookup is not None else 0,
+            requests_awaiting_metadata=self.parts.lookup.count if self.parts is not None else 0,
         )
 
     @property
@@ -206,28 +207,16 @@ class Bookie:
 
         self.engine = engine
         await asyncio.to_thread(self.engine.open)
-        self.journal = self._journal_factory(
-            self.journal_dir,
-            self.processor.on_durable,
-            on_failed=self.processor.on_journal_failed,
-            max_group_wait_ms=cfg.journal.max_group_wait_ms,
-            max_group_bytes=cfg.journal.max_group_bytes,
-            flush_when_queue_empty=cfg.journal.flush_when_queue_empty,
-            max_file_size=cfg.journal.max_file_size_mb * 1024 * 1024,
-            max_backups=cfg.journal.max_backups,
-            sync=cfg.journal.sync,
-            direct_io=cfg.journal.direct_io,
-        )
-        self.lookup = LedgerLookup(self.store, self.counters, cfg.max_requests_awaiting_metadata, self._loop,
-                                   self.processor.resume, self.processor.refuse)
-        self.rules = Ledgers(self.state, self.ledgers, self.engine, self.journal, self.lookup, self.disk_usage,
-                             self.disk_full)
+        self.parts = parts = ServingParts.build(self.processor, self.engine, self.store, self.journal_dir, self._loop,
+                                                disk_usage=self.disk_usage, on_disk_full=self.disk_full,
+                                                journal_factory=self._journal_factory)
+        self.journal = parts.journal
         t0 = time.monotonic()
-        replayed = await asyncio.to_thread(self.journal.replay_into, self.rules)
+        replayed = await asyncio.to_thread(self.journal.replay_into, parts.ledgers)
         if replayed:
             log.info("replayed %d journal records in %.2fs", replayed, time.monotonic() - t0)
         self.ledgers.load(self.engine)
-        self.processor.attach(self.rules, self.journal, self.lookup, self.ownership, self._loop)
+        self.processor.attach(parts.ledgers, parts.journal, parts.lookup, self.ownership, self._loop)
         self.journal.start(self._loop)
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
@@ -263,7 +252,7 @@ class Bookie:
         notify("ledgerstore_bookie_stopping", bookie=self)
         if self.recovery is not None:
             await self.recovery.stop()
-        lookups = self.lookup.tasks() if self.lookup is not None else []
+        lookups = self.parts.lookup.tasks() if self.parts is not None else []
         for t in [*self._tasks, *lookups]:
             t.cancel()
         for t in [*self._tasks, *lookups]:
@@ -297,7 +286,7 @@ class Bookie:
         the connections, the metadata session) belongs to the journal, transport and store the
         caller gave it, and the caller drops them (the simulator's disks, network and store)."""
         self.state.serving = False
-        lookups = self.lookup.tasks() if self.lookup is not None else []
+        lookups = self.parts.lookup.tasks() if self.parts is not None else []
         for t in [*self._tasks, *lookups]:
             t.cancel()
         self.ownership.release()
