@@ -3,20 +3,23 @@ cookie commands (``bookkeeper shell cookie_get BOOKIE``, ``cookie_delete [-f] BO
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
-from ledgerstore.cli.common import console, emit, handle_errors
+from ledgerstore.cli.common import EXIT_NOT_FOUND, console, emit, err_console, handle_errors
 from ledgerstore.cli.shell_local import json_option
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore.meta import layout
+from ledgerstore.meta.bookies import CookieManager
+from ledgerstore.recovery.markers import UnderReplicationManager
 
 
 async def cluster_info(client: Any) -> dict[str, Any]:
     """BookKeeper's ``ClusterInfo``, field for field: the auditor, whether any ledger is
     under-replicated, the replication switch, and the bookies by state. As BookKeeper counts,
     every bookie with a cookie is one of the cluster's; those not registered are unavailable."""
-    from ledgerstore.meta import layout
-    from ledgerstore.recovery.markers import UnderReplicationManager
 
     urm = UnderReplicationManager(client.store)
     auditor = await urm.auditor()
@@ -46,10 +49,6 @@ def clusterinfo(sc: Any, as_json: bool) -> None:
 @handle_errors
 def cookie_get(sc: Any, bookie_id: str, as_json: bool) -> None:
     """Print the cookie registered for a bookie (exit 3 when it has none)."""
-    import sys
-
-    from ledgerstore.cli.common import EXIT_NOT_FOUND, err_console
-    from ledgerstore.meta.bookies import CookieManager
 
     cookie = sc.with_client(lambda client: CookieManager(client.store).get(bookie_id))
     if cookie is None:
@@ -67,11 +66,6 @@ def cookie_get(sc: Any, bookie_id: str, as_json: bool) -> None:
 def cookie_delete(sc: Any, bookie_id: str, force: bool, as_json: bool) -> None:
     """Delete the cookie registered for a bookie (so a formatted bookie can join under its id).
     Refused while the bookie is registered; exit 3 when it has no cookie."""
-    import sys
-
-    from ledgerstore.cli.common import EXIT_NOT_FOUND, err_console
-    from ledgerstore.errors import LedgerStoreError
-    from ledgerstore.meta.bookies import CookieManager
 
     async def check(client: Any) -> bool:
         if bookie_id in {b.bookie_id for b in await client.list_bookies(None)}:

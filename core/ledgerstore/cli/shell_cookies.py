@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from ledgerstore.bookie import cookie as cookies
+from ledgerstore.bookie.dirlock import LOCK_FILE
 from ledgerstore.cli.common import emit, handle_errors
 from ledgerstore.cli.shell_local import (
     bookie_id_of,
@@ -16,6 +18,9 @@ from ledgerstore.cli.shell_local import (
     lock_bookie_dirs,
     with_bookie_store,
 )
+from ledgerstore.config import load_bookie_config
+from ledgerstore.errors import CookieMismatchError, LedgerStoreError
+from ledgerstore.meta.bookies import ClusterManager, CookieManager
 
 
 def _expected_cookie(cfg: Any, instance_id: str | None) -> dict[str, Any]:
@@ -35,11 +40,6 @@ def _expected_cookie(cfg: Any, instance_id: str | None) -> dict[str, Any]:
 def updatecookie(bookie_config: str, expandstorage: bool, list_: bool, as_json: bool) -> None:
     """Show a (stopped) bookie's cookie, or with ``-e`` rewrite it after ledger directories were
     added: in every directory and in the cluster. Refused while the bookie runs (directory lock)."""
-    from ledgerstore.bookie import cookie as cookies
-    from ledgerstore.bookie.dirlock import LOCK_FILE
-    from ledgerstore.config import load_bookie_config
-    from ledgerstore.errors import CookieMismatchError, LedgerStoreError
-    from ledgerstore.meta.bookies import CookieManager
 
     if expandstorage == list_:
         raise click.UsageError("give one of -e/--expandstorage or --list")
@@ -87,8 +87,6 @@ def updatecookie(bookie_config: str, expandstorage: bool, list_: bool, as_json: 
 def generatecookie(bookie_config: str, output: str | None, as_json: bool) -> None:
     """The cookie the bookie that the config describes would carry in this cluster (nothing is written
     to the bookie or the cluster)."""
-    from ledgerstore.config import load_bookie_config
-    from ledgerstore.meta.bookies import ClusterManager
 
     cfg = load_bookie_config(bookie_config)
     cookie = _expected_cookie(cfg, with_bookie_store(cfg, lambda store: ClusterManager(store).instance_id()))

@@ -20,14 +20,14 @@ import click
 
 from ledgerstore.cli.common import emit, err_console, handle_errors
 from ledgerstore.cli.shell_local import bookie_id_of, json_option
+from ledgerstore.config import load_bookie_config
+from ledgerstore.errors import BadVersionError, ConfigError, LedgerStoreError, NoSuchLedgerError
 
 #: tries per ledger when its metadata keeps changing under the rewrite
 CAS_TRIES = 5
 
 
 async def _check_ids(client: Any, src: str, dest: str, tool: str) -> None:
-    from ledgerstore.errors import LedgerStoreError
-
     if src == dest:
         raise LedgerStoreError(f"{tool} refused: source and destination are the same bookie {src}")
     registered = {b.bookie_id for b in await client.list_bookies(None)}
@@ -39,7 +39,6 @@ async def _check_ids(client: Any, src: str, dest: str, tool: str) -> None:
 
 async def _rewrite_one(client: Any, ledger_id: int, src: str, dest: str) -> bool:
     """Replace ``src`` by ``dest`` in one ledger's ensembles by CAS; False if it does not name ``src``."""
-    from ledgerstore.errors import BadVersionError, LedgerStoreError, NoSuchLedgerError
 
     for _ in range(CAS_TRIES):
         try:
@@ -141,7 +140,6 @@ def _is_ip(host: str) -> bool:
 def _other_form(bookie_id: str, want: str) -> str:
     """The id the bookie had before its config switched to the ``want`` form (``hostname``: the
     id is host-name based now and was IP based; ``ip``: the reverse)."""
-    from ledgerstore.errors import ConfigError
 
     host, _, port = bookie_id.rpartition(":")
     if (want == "ip") != _is_ip(host):
@@ -167,7 +165,6 @@ def updateledgers(sc: Any, bookie_config: str, form: str, per_second: float, lim
                   verbose: bool, force: bool, as_json: bool) -> None:
     """After a bookie's id switched between its IP address and its host name (and it was restarted
     under the new id): rewrite the old id to the new one in every ledger's ensembles."""
-    from ledgerstore.config import load_bookie_config
 
     cfg = load_bookie_config(bookie_config)
     dest = bookie_id_of(cfg)

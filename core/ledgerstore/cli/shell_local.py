@@ -8,14 +8,16 @@ from typing import Any, TypeVar
 
 import click
 
+from ledgerstore.api.transport import split_address
+from ledgerstore.bookie.dirlock import DirectoryLockedError, DirLock
 from ledgerstore.cli.common import run_async
+from ledgerstore.plugins import create_metadata_store
 
 T = TypeVar("T")
 
 
 def lock_bookie_dirs(cfg: Any, tool: str) -> Any:
     """The taken lock on the bookie's journal and ledger directories (release it when done)."""
-    from ledgerstore.bookie.dirlock import DirectoryLockedError, DirLock
 
     lock = DirLock([Path(cfg.journal_dir), *(Path(d) for d in cfg.ledger_dirs)])
     try:
@@ -27,7 +29,6 @@ def lock_bookie_dirs(cfg: Any, tool: str) -> Any:
 
 def bookie_id_of(cfg: Any) -> str:
     """The id (host:port) the bookie the config describes registers under."""
-    from ledgerstore.api.transport import split_address
 
     _, host, port = split_address(cfg.advertised_address or cfg.listen)
     return f"{host}:{port}"
@@ -35,7 +36,6 @@ def bookie_id_of(cfg: Any) -> str:
 
 def with_bookie_store(cfg: Any, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``fn`` against the metadata store the bookie's config names."""
-    from ledgerstore.plugins import create_metadata_store
 
     async def go() -> T:
         store = create_metadata_store(cfg.metadata, **cfg.metadata_options)

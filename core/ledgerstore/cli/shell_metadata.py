@@ -21,12 +21,16 @@ import click
 
 from ledgerstore.api import MetadataStore
 from ledgerstore.cli.common import emit, handle_errors
+from ledgerstore.cli.shell_context import is_bookie_config
 from ledgerstore.cli.shell_ledger_files import write_private
 from ledgerstore.cli.shell_local import json_option
+from ledgerstore.config import load_bookie_config, load_client_config
+from ledgerstore.errors import ConfigError
 from ledgerstore.meta import layout
 from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file
 from ledgerstore.meta.transfer import (
     Snapshot,
+    TransferError,
     read_snapshot,
     refuse_live,
     snapshot_from_bytes,
@@ -34,7 +38,9 @@ from ledgerstore.meta.transfer import (
     verify_copy,
     write_snapshot,
 )
+from ledgerstore.plugins import create_metadata_store
 from ledgerstore.recovery.markers import CANDIDATES
+from ledgerstore.startup import quiet_client_libraries
 
 T = TypeVar("T")
 #: keys bound to a live process's session: never copied, and none may exist while copying
@@ -43,14 +49,10 @@ LIVE = (layout.AVAILABLE, CANDIDATES)
 
 def store_of_config(path: str, uri: str | None = None) -> tuple[str, dict[str, Any]]:
     """The metadata URI (``uri`` if given) and store options a client's or a bookie's TOML config names."""
-    from ledgerstore.cli.shell import _is_bookie_config
 
-    if _is_bookie_config(path):
-        from ledgerstore.config import load_bookie_config
-
+    if is_bookie_config(path):
         bookie = load_bookie_config(path)
         return uri or bookie.metadata, dict(bookie.metadata_options)
-    from ledgerstore.config import load_client_config
 
     client = load_client_config(path, **({"metadata": uri} if uri else {}))
     return client.metadata, dict(client.metadata_options)
@@ -64,14 +66,10 @@ def _store_of(sc: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _open(uri: str, options: dict[str, Any]) -> MetadataStore:
-    from ledgerstore.plugins import create_metadata_store
-
     return create_metadata_store(uri, **options)  # type: ignore[no-any-return]
 
 
 async def _on(uri: str, options: dict[str, Any], fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    from ledgerstore.startup import quiet_client_libraries
-
     store = _open(uri, options)
     try:
         with quiet_client_libraries():  # an unreachable store is one line, not a reconnect log
@@ -125,8 +123,6 @@ def metadata_export(sc: Any, to_file: str, as_json: bool) -> None:
     write_private(tmp, data)
     os.replace(tmp, to_file)  # a crash leaves the old file or the new one, never half of one
     if snapshot_from_bytes(Path(to_file).read_bytes(), to_file).keys != snap.keys:
-        from ledgerstore.meta.transfer import TransferError
-
         raise TransferError(f"verification failed: {to_file} does not read back as written")
     _report("exported", snap, snap.counts(), f"to {to_file}", time.monotonic() - t0, as_json, file=to_file,
             bytes=len(data))
@@ -161,7 +157,6 @@ def metadata_copy(from_uri: str | None, to_uri: str | None, from_config: str | N
                   as_json: bool) -> None:
     """Copy the whole cluster metadata from one store to another (any backends), then read the
     target back and compare. Offline only; the target must be empty."""
-    from ledgerstore.errors import ConfigError
 
     def side(uri: str | None, config: str | None, name: str) -> tuple[str, dict[str, Any]]:
         if config:
