@@ -55,11 +55,6 @@ class LatencyHistogram:
         self.counts[bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
 
-    def observe_many(self, seconds: float, n: int) -> None:
-        """Count ``n`` observations of the same value (requests answered together)."""
-        self.counts[bisect_left(self.bounds, seconds)] += n
-        self.sum += seconds * n
-
     @property
     def count(self) -> int:
         """Observations so far."""

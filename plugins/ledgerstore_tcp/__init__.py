@@ -156,12 +156,6 @@ class FrameDecoder:
             self._replace(self._chunk)
 
 
-def _encode(frame: bytes, limit: int) -> bytes:
-    if len(frame) > limit:
-        raise FrameTooLargeError(f"frame of {len(frame)} bytes exceeds the limit of {limit}")
-    return _LEN.pack(len(frame)) + frame
-
-
 class _Writer:
     """Coalesces frames queued in one loop iteration into a single socket write."""
 

@@ -8,7 +8,7 @@ import enum
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
 from ledgerstore.api import NOT_EXISTS, MetadataStore
 from ledgerstore.errors import (
@@ -212,7 +212,3 @@ def check_ensembles(md: LedgerMetadata) -> None:
             raise InvalidMetadataError(
                 f"ledger {md.ledger_id}: fragments must start at ascending entries, found {first} after {prev}")
         prev = first
-
-
-def striping_ok(ensemble: Sequence[str], write_quorum: int, ack_quorum: int) -> bool:
-    return len(ensemble) >= write_quorum >= ack_quorum >= 1

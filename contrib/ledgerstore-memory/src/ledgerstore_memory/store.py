@@ -306,11 +306,6 @@ class _Namespace:
         with self._lock:
             self._watches = [w for w in self._watches if w is not watch]
 
-    def key_count(self) -> int:
-        with self._lock:
-            self._reap()
-            return len(self._data)
-
     # --- internals (lock held) -----------------------------------------------------------------
 
     def _keys_below_locked(self, key: str) -> Iterable[str]:
