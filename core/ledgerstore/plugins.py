@@ -3,7 +3,8 @@
 A backend fills one slot and is chosen by name from configuration. A missing or broken backend
 fails at start-up with :class:`~ledgerstore.errors.PluginError` naming the slot, the name asked for,
 the installed names and the extra to install. A backend's option table is checked against the
-``Options`` dataclass it declares (:func:`option_problems`).
+``Options`` dataclass it declares (:func:`option_problems`) and parsed once into an instance of
+it (:func:`plugin_options`), which :func:`build` hands to the backend's constructor.
 
 Hook implementations are isolated from each other: one that raises is logged with its plugin's
 name and the others still run (:class:`IsolatingPluginManager`).
@@ -22,7 +23,7 @@ import pluggy
 from stevedore import driver, extension
 
 from ledgerstore import hookspecs
-from ledgerstore.api.options import check_options
+from ledgerstore.api.options import check_options, parse_options
 from ledgerstore.errors import PluginError
 
 log = logging.getLogger(__name__)
@@ -88,12 +89,37 @@ def option_problems(slot: str, name: str, plugin: type, options: Mapping[str, An
     """Problems of ``options`` (a config's option table for the ``slot`` backend ``name``) against
     the ``Options`` dataclass ``plugin`` declares, one line each naming the plugin, the option and
     the allowed values. A plugin that declares no ``Options`` is not checked (logged at debug)."""
-    declared = getattr(plugin, "Options", None)
-    if not (isinstance(declared, type) and dataclasses.is_dataclass(declared)):
+    declared = declared_options(plugin)
+    if declared is None:
         log.debug("%s plugin %r (%s) declares no Options dataclass: its options are not validated",
                   slot, name, plugin.__qualname__)
         return []
     return check_options(declared, options, f"{slot} plugin {name!r}")
+
+
+def declared_options(plugin: type) -> type | None:
+    """The ``Options`` dataclass ``plugin`` declares, or ``None``."""
+    declared = getattr(plugin, "Options", None)
+    return declared if isinstance(declared, type) and dataclasses.is_dataclass(declared) else None
+
+
+def plugin_options(slot: str, name: str, plugin: type, options: Mapping[str, Any]) -> Any:
+    """``options`` parsed into the ``Options`` instance ``plugin`` declares; raises
+    :class:`~ledgerstore.errors.ConfigError` in one line naming the slot, the plugin and the option."""
+    declared = declared_options(plugin)
+    if declared is None:
+        raise PluginError(f"the {slot} plugin {name!r} ({plugin.__qualname__}) declares no Options dataclass")
+    return parse_options(declared, options, f"{slot} plugin {name!r}")
+
+
+def build(slot: str, name: str, *args: Any, options: Mapping[str, Any]) -> Any:
+    """An instance of the ``slot`` backend ``name``, built as ``cls(*args, parsed_options)`` when it
+    declares ``Options`` (the table parsed once, :func:`plugin_options`), or as
+    ``cls(*args, **options)`` when it does not."""
+    cls = load_driver(slot, name)
+    if declared_options(cls) is None:
+        return cls(*args, **options)
+    return cls(*args, plugin_options(slot, name, cls, options))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,12 +9,12 @@ weighted, so that a new empty bookie draws more ledgers without drawing all of t
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
-from ledgerstore_placement.options import check_known, float_option, make_random
 
 __all__ = ["DiskAwarePlacement"]
 
@@ -51,12 +51,15 @@ class DiskAwarePlacement(PlacementPolicy):
                                        minimum=0.0, maximum=1.0)
         seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        check_known(self.name, options, {"max_disk_usage", "seed"})
+        def __post_init__(self) -> None:
+            if not self.max_disk_usage > 0:
+                raise ValueError(f"max_disk_usage must be in (0, 1], got {self.max_disk_usage!r}")
+
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        super().__init__(options, **values)
         #: a bookie using more than this fraction of its disk is never chosen
-        self.max_disk_usage: float = float_option(self.name, options, "max_disk_usage", 0.95, 0.0, 1.0)
-        self._rnd = make_random(options)
+        self.max_disk_usage: float = self.options.max_disk_usage
+        self._rnd = random.Random(self.options.seed)
 
     def _eligible(self, bookies: Sequence[BookieInfo], exclude: frozenset[str]) -> tuple[list[BookieInfo], int]:
         writable = [b for b in bookies if not b.read_only and b.bookie_id not in exclude]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
-from ledgerstore_placement.options import bool_option, check_known, int_option, make_random
 from ledgerstore_placement.striping import (
     arrange,
     min_shortfall,
@@ -50,8 +50,6 @@ class FaultDomainPlacement(PlacementPolicy):
 
     #: "rack" or "region": names the options and appears in error messages
     domain: ClassVar[str] = ""
-    #: extra option names a subclass accepts
-    extra_options: ClassVar[frozenset[str]] = frozenset()
     supports_seed = True
 
     @dataclasses.dataclass(frozen=True)
@@ -64,18 +62,27 @@ class FaultDomainPlacement(PlacementPolicy):
                                                  "when set, racks come from it, not from the registrations")
         default_rack: str = option("/default-rack", "location of a bookie the topology file does not name")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        def __post_init__(self) -> None:
+            if not self.default_rack.startswith("/"):
+                raise ValueError(f"default_rack must start with '/', got {self.default_rack!r}")
+            if self.topology_file == "":
+                raise ValueError("topology_file must be a file path, got ''")
+            for name in ("local_rack", "local_region"):
+                if getattr(self, name, None) == "":
+                    raise ValueError(f"{name} must be a non-empty string, got ''")
+
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        super().__init__(options, **values)
+        opts = self.options
         self.min_option = f"min_{self.domain}s_per_write_quorum"
-        check_known(self.name, options, {self.min_option, "enforce", "seed", "topology_file", "default_rack",
-                                         *self.extra_options})
         #: how many domains every write quorum must span (capped at the write quorum size)
-        self.min_domains: int = int_option(self.name, options, self.min_option, 2, 1)
+        self.min_domains: int = getattr(opts, self.min_option)
         #: fail instead of placing best effort when the constraint cannot be met
-        self.enforce: bool = bool_option(self.name, options, "enforce", True)
-        self._rnd = make_random(options)
+        self.enforce: bool = opts.enforce
+        self._rnd = random.Random(opts.seed)
         #: racks and regions from the ``topology_file`` mapping; ``None``: from the registrations
-        self.topology: NetworkTopology | None = NetworkTopology.from_options(self.name, options)
+        self.topology: NetworkTopology | None = (
+            None if opts.topology_file is None else NetworkTopology(opts.topology_file, opts.default_rack))
 
     # --- what subclasses provide -------------------------------------------------------------
 

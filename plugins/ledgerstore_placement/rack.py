@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from ledgerstore.api import BookieInfo, option
 from ledgerstore_placement.domains import FaultDomainPlacement
-from ledgerstore_placement.options import str_option
 
 __all__ = ["RackAwarePlacement"]
 
@@ -24,7 +23,6 @@ class RackAwarePlacement(FaultDomainPlacement):
 
     name = "rack-aware"
     domain = "rack"
-    extra_options: ClassVar[frozenset[str]] = frozenset({"local_rack"})
     rack_aware = True
 
     @dataclasses.dataclass(frozen=True)
@@ -35,10 +33,10 @@ class RackAwarePlacement(FaultDomainPlacement):
                                                  minimum=1)
         local_rack: str | None = option(None, "the reader's rack: its bookies are read first")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        super().__init__(options, **values)
         #: the reader's rack: its bookies are read first
-        self.local_rack: str | None = str_option(self.name, options, "local_rack")
+        self.local_rack: str | None = self.options.local_rack
 
     def domain_of(self, bookie: BookieInfo) -> str:
         """The bookie's rack."""

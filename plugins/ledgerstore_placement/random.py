@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.api import BookieInfo, PlacementPolicy, option
 from ledgerstore.errors import NotEnoughBookiesError
-from ledgerstore_placement.options import check_known, make_random
 
 __all__ = ["RandomPlacement"]
 
@@ -25,10 +25,9 @@ class RandomPlacement(PlacementPolicy):
 
         seed: int | str | None = option(None, "seed of the random choices, for reproducible placement")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        check_known(self.name, options, {"seed"})
-        self._rnd = make_random(options)
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        super().__init__(options, **values)
+        self._rnd = random.Random(self.options.seed)
 
     @staticmethod
     def _candidates(bookies: Sequence[BookieInfo], exclude: frozenset[str]) -> list[str]:

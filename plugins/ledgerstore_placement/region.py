@@ -6,11 +6,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from ledgerstore.api import BookieInfo, option
 from ledgerstore_placement.domains import FaultDomainPlacement
-from ledgerstore_placement.options import str_option
 
 __all__ = ["RegionAwarePlacement"]
 
@@ -28,7 +27,6 @@ class RegionAwarePlacement(FaultDomainPlacement):
 
     name = "region-aware"
     domain = "region"
-    extra_options: ClassVar[frozenset[str]] = frozenset({"local_region", "local_rack"})
     rack_aware = True
     region_aware = True
 
@@ -41,12 +39,12 @@ class RegionAwarePlacement(FaultDomainPlacement):
         local_region: str | None = option(None, "the reader's region: its bookies are read first")
         local_rack: str | None = option(None, "the reader's rack within local_region: read before the rest")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        super().__init__(options, **values)
         #: the reader's region: its bookies are read first
-        self.local_region: str | None = str_option(self.name, options, "local_region")
+        self.local_region: str | None = self.options.local_region
         #: the reader's rack inside ``local_region``: read before the rest of the region
-        self.local_rack: str | None = str_option(self.name, options, "local_rack")
+        self.local_rack: str | None = self.options.local_rack
 
     def domain_of(self, bookie: BookieInfo) -> str:
         """The bookie's region."""

@@ -23,8 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ledgerstore.api import BookieInfo
 from ledgerstore.errors import ConfigError
@@ -67,19 +66,6 @@ class NetworkTopology:
         self._table: dict[str, str] = {}
         self._resolved: dict[str, list[str]] = {}
         self._load()
-
-    @classmethod
-    def from_options(cls, policy: str, options: Mapping[str, Any]) -> NetworkTopology | None:
-        """The topology the ``topology_file`` and ``default_rack`` options name, if any."""
-        path = options.get("topology_file")
-        default = options.get("default_rack", DEFAULT_RACK)
-        if not isinstance(default, str) or not default.startswith("/"):
-            raise ConfigError(f"placement policy {policy!r}: default_rack must start with '/', got {default!r}")
-        if path is None:
-            return None
-        if not isinstance(path, str) or not path:
-            raise ConfigError(f"placement policy {policy!r}: topology_file must be a file path, got {path!r}")
-        return cls(path, default)
 
     def _load(self) -> None:
         try:

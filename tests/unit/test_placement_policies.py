@@ -372,12 +372,15 @@ def test_disk_aware_treats_bookies_without_disk_figures_as_average() -> None:
 @pytest.mark.parametrize(
     ("cls", "options", "match"),
     [
-        (RackAwarePlacement, {"min_rack_per_write_quorum": 2}, "no option.*min_rack_per_write_quorum"),
-        (RackAwarePlacement, {"min_racks_per_write_quorum": 0}, "integer >= 1"),
-        (RackAwarePlacement, {"enforce": "maybe"}, "true or false"),
-        (RegionAwarePlacement, {"local_region": ""}, "non-empty string"),
-        (DiskAwarePlacement, {"max_disk_usage": 1.5}, r"number in \(0.0, 1.0\]"),
-        (RandomPlacement, {"local_rack": "/a"}, "no option"),
+        (RackAwarePlacement, {"min_rack_per_write_quorum": 2},
+         "placement plugin 'rack-aware': unknown option 'min_rack_per_write_quorum'"),
+        (RackAwarePlacement, {"min_racks_per_write_quorum": 0}, "'min_racks_per_write_quorum' = 0 .*integer >= 1"),
+        (RackAwarePlacement, {"enforce": "maybe"}, "'enforce' = 'maybe' is not true or false"),
+        (RegionAwarePlacement, {"local_region": ""}, "'region-aware': local_region must be a non-empty string"),
+        (RegionAwarePlacement, {"default_rack": "rack"}, "'region-aware': default_rack must start with '/'"),
+        (DiskAwarePlacement, {"max_disk_usage": 1.5}, "'max_disk_usage' = 1.5 is out of range"),
+        (DiskAwarePlacement, {"max_disk_usage": 0}, r"'disk-aware': max_disk_usage must be in \(0, 1\]"),
+        (RandomPlacement, {"local_rack": "/a"}, "'random': unknown option 'local_rack'"),
     ],
 )
 def test_bad_options_are_refused_at_construction(cls: type, options: dict, match: str) -> None:

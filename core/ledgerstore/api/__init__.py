@@ -12,7 +12,14 @@ from ledgerstore.api.metadata import (
     Subscription,
     Versioned,
 )
-from ledgerstore.api.options import OptionInfo, check_options, describe_options, option
+from ledgerstore.api.options import (
+    OptionInfo,
+    check_options,
+    describe_options,
+    option,
+    options_for,
+    parse_options,
+)
 from ledgerstore.api.placement import BookieInfo, PlacementPolicy
 from ledgerstore.api.storage import StorageEngine, StorageStats
 from ledgerstore.api.transport import (
@@ -48,6 +55,8 @@ __all__ = [
     "Transport",
     "Versioned",
     "check_options",
+    "options_for",
+    "parse_options",
     "describe_options",
     "option",
     "split_address",

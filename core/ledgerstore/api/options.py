@@ -12,8 +12,11 @@ type, a default and a description given by :func:`option`::
 ``ledgerstore`` checks a configuration's option table against it when the configuration loads
 (and in ``ledgerstore config check``) with :func:`check_options`: unknown names, values of the
 wrong type and values out of range are refused, one line each, naming the plugin, the option and
-what is allowed. The plugin's constructor still receives the options as keyword arguments (and may
-check how options combine). A plugin without ``Options`` works as before, unvalidated.
+what is allowed. :func:`parse_options` then builds the ``Options`` instance once, with every value
+of its declared type, and the host hands that object to the plugin's constructor. Checks of how
+options combine belong in the dataclass's ``__post_init__`` (raise ``ValueError`` with the reason);
+they run when the instance is built, and the host reports them as one line naming the plugin. A
+plugin without ``Options`` works as before: it gets its option table as keyword arguments.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["OptionInfo", "check_options", "describe_options", "option"]
+from ledgerstore.errors import ConfigError
+
+__all__ = ["OptionInfo", "check_options", "describe_options", "option", "options_for", "parse_options"]
+
+OptionsT = typing.TypeVar("OptionsT")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -115,6 +122,38 @@ def check_options(options_cls: type, values: Mapping[str, Any], plugin: str) -> 
                 or (info.maximum is not None and value > info.maximum)):
             problems.append(f"{plugin}: option {name!r} = {raw!r} is out of range: must be {info.allowed()}")
     return problems
+
+
+def parse_options(options_cls: type[OptionsT], values: Mapping[str, Any], plugin: str) -> OptionsT:
+    """``values`` (an option table) as an instance of ``options_cls``, each value of its declared
+    type (``"5"`` from the environment becomes ``5``); absent options take their defaults.
+
+    Raises :class:`~ledgerstore.errors.ConfigError` in one line naming ``plugin`` (e.g.
+    ``"placement plugin 'rack-aware'"``): every problem :func:`check_options` finds, or the
+    reason the dataclass's ``__post_init__`` refuses how the options combine."""
+    problems = check_options(options_cls, values, plugin)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    types_of = {info.name: info.type for info in describe_options(options_cls)}
+    try:
+        return options_cls(**{name: _coerce(raw, types_of[name]) for name, raw in values.items()})
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{plugin}: {exc}") from None
+
+
+def options_for(plugin: type, options: Any, values: Mapping[str, Any], label: str) -> Any:
+    """What a plugin's constructor keeps as its options: ``options``, the ``Options`` instance the
+    host parsed (:func:`parse_options`), or, for a plugin built in code with keyword arguments,
+    ``values`` parsed by the same rules. ``label`` names the plugin in errors (``"storage plugin
+    'acme'"``). A plugin class that declares no ``Options`` dataclass gets ``values`` back as a dict."""
+    declared = getattr(plugin, "Options", None)
+    if options is not None:
+        if values:
+            raise TypeError(f"{plugin.__name__}: pass its Options or keyword options, not both")
+        return options
+    if isinstance(declared, type) and dataclasses.is_dataclass(declared):
+        return parse_options(declared, values, label)
+    return dict(values)
 
 
 def _type_words(tp: Any) -> str:

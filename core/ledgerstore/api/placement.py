@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ledgerstore.api.options import options_for
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BookieInfo:
@@ -42,8 +44,13 @@ class PlacementPolicy(abc.ABC):
     #: new ensembles spread over regions (the ``region`` of :class:`BookieInfo`)
     region_aware: ClassVar[bool] = False
 
-    def __init__(self, **options: Any) -> None:
-        self.options = options
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        """``options``: the instance of the policy's ``Options`` dataclass the host parsed from its
+        option table. A policy built in code may pass the table as keyword arguments instead; they
+        are parsed by the same rules (:func:`~ledgerstore.api.options.parse_options`). A policy
+        that declares no ``Options`` keeps its keyword arguments as a dict."""
+        #: the policy's parsed options (its ``Options`` instance)
+        self.options = options_for(type(self), options, values, f"placement plugin {self.name!r}")
 
     @abc.abstractmethod
     def new_ensemble(

@@ -38,7 +38,7 @@ from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
 from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file, require_cluster
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.meta.logs import Position
-from ledgerstore.plugins import create_metadata_store, load_driver, notify
+from ledgerstore.plugins import build, create_metadata_store, notify
 from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type, password_check
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Client:
         self._given_transport = transport
         self.placement: PlacementPolicy = (
             placement if placement is not None
-            else load_driver("placement", config.placement)(**config.placement_options))
+            else build("placement", config.placement, options=config.placement_options))
 
     @classmethod
     def from_config(cls, path: str, **overrides: Any) -> Client:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ledgerstore.api import BookieInfo, PlacementPolicy
@@ -74,7 +76,11 @@ class PlacementPolicyConformance:
     def test_same_seed_same_choices(self, policy: PlacementPolicy) -> None:
         require(policy, "supports_seed")
         bookies = make_bookies(9)
-        a, b = (type(policy)(**{**policy.options, "seed": 1234}) for _ in range(2))
+        opts = policy.options
+        if dataclasses.is_dataclass(opts) and not isinstance(opts, type):
+            a, b = (type(policy)(dataclasses.replace(opts, seed=1234)) for _ in range(2))
+        else:  # a policy without an Options dataclass keeps its keyword options as a dict
+            a, b = (type(policy)(**{**opts, "seed": 1234}) for _ in range(2))
         assert [a.new_ensemble(3, 2, 2, bookies) for _ in range(20)] == [
             b.new_ensemble(3, 2, 2, bookies) for _ in range(20)]
 

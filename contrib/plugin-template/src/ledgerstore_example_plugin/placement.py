@@ -12,12 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.api import BookieInfo, PlacementPolicy, option
-from ledgerstore.errors import ConfigError, NotEnoughBookiesError
+from ledgerstore.errors import NotEnoughBookiesError
 
 __all__ = ["RoundRobinPlacement"]
-
-_OPTIONS = ("start",)
-
 
 class RoundRobinPlacement(PlacementPolicy):
     """Consecutive writable bookies (sorted by id), starting one further on for every ensemble.
@@ -29,21 +26,17 @@ class RoundRobinPlacement(PlacementPolicy):
 
     @dataclasses.dataclass(frozen=True)
     class Options:
-        """The ``placement_options`` table: checked by ledgerstore when the configuration loads."""
+        """The ``placement_options`` table. ledgerstore checks it when the configuration loads and
+        parses it once into this object, which the constructor receives; cross-field checks would
+        go in ``__post_init__`` (raise ``ValueError``)."""
 
         start: int = option(0, "the position of the first ensemble's first bookie")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        unknown = sorted(set(options) - set(_OPTIONS))
-        if unknown:
-            raise ConfigError(
-                f"unknown round-robin placement option(s) {', '.join(unknown)}; accepted: {', '.join(_OPTIONS)}"
-            )
-        try:
-            self._next = int(options.get("start", 0))
-        except (TypeError, ValueError):
-            raise ConfigError(f"round-robin placement option start={options['start']!r} is not an integer") from None
+    def __init__(self, options: Any = None, /, **values: Any) -> None:
+        # The base class keeps the parsed Options as self.options (keyword arguments, for a
+        # policy built in code, are parsed by the same rules).
+        super().__init__(options, **values)
+        self._next: int = self.options.start
         # One policy serves every ledger a client creates, possibly from several threads.
         self._lock = threading.Lock()
 
