@@ -33,21 +33,13 @@ from ledgerstore_entrylog.parts import EngineParts
 __all__ = ["EntryLogStorage"]
 
 _MiB = 1024 * 1024
-_DEFAULTS: dict[str, Any] = {
-    # BookKeeper's entry logger buffers 64 KiB: the buffer goes to the file in one pwrite on the
-    # add path (the bookie's event loop), and a 4 MiB one held the loop for 10-45 ms every few
-    # seconds at 10,000 adds/s (docs/performance.md, "Latency")
-    "write_buffer_size": 256 * 1024,
-    "entry_log_size_limit": 1024 * _MiB,
-    "page_size": 8192,
-    "page_limit_bytes": 64 * _MiB,
-    "minor_compaction_threshold": 0.2,
-    "major_compaction_threshold": 0.8,
-    "flush_interval": 0.0,
-    # each background fdatasync is short (a few ms), so a journal fsync queued behind it on the
-    # same disk waits little
-    "flush_entrylog_bytes": 1 * _MiB,
-}
+# BookKeeper's entry logger buffers 64 KiB: the buffer goes to the file in one pwrite on the add
+# path (the bookie's event loop), and a 4 MiB one held the loop for 10-45 ms every few seconds at
+# 10,000 adds/s (docs/performance.md, "Latency")
+_WRITE_BUFFER_SIZE = 256 * 1024
+# each background fdatasync is short (a few ms), so a journal fsync queued behind it on the same
+# disk waits little
+_FLUSH_ENTRYLOG_BYTES = 1 * _MiB
 
 
 class EntryLogStorage(StorageEngine):
@@ -71,55 +63,44 @@ class EntryLogStorage(StorageEngine):
     class Options:
         """The ``storage_options`` table of the entrylog engine."""
 
-        write_buffer_size: int = option(_DEFAULTS["write_buffer_size"], "bytes buffered per active log "
-                                        "before a write", minimum=1)
-        entry_log_size_limit: int = option(_DEFAULTS["entry_log_size_limit"], "roll to a new entry log past "
-                                           "this many bytes", minimum=4096, maximum=1 << 32)
-        page_size: int = option(_DEFAULTS["page_size"], "index page size in bytes (a multiple of 8)", minimum=64)
-        page_limit_bytes: int = option(_DEFAULTS["page_limit_bytes"], "bytes of index pages the ledger cache "
-                                       "holds", minimum=1)
-        minor_compaction_threshold: float = option(_DEFAULTS["minor_compaction_threshold"], "gc() compacts logs "
-                                                   "with less than this live fraction", minimum=0, maximum=1)
-        major_compaction_threshold: float = option(_DEFAULTS["major_compaction_threshold"], "live fraction "
-                                                   "below which a major compaction rewrites a log",
+        write_buffer_size: int = option(_WRITE_BUFFER_SIZE, "bytes buffered per active log before a write",
+                                        minimum=1)
+        entry_log_size_limit: int = option(1024 * _MiB, "roll to a new entry log past this many bytes "
+                                           "(offsets in index slots are 32-bit)", minimum=4096, maximum=1 << 32)
+        page_size: int = option(8192, "index page size in bytes (a multiple of 8)", minimum=64)
+        page_limit_bytes: int = option(64 * _MiB, "bytes of index pages the ledger cache holds", minimum=1)
+        minor_compaction_threshold: float = option(0.2, "gc() compacts logs with less than this live fraction",
                                                    minimum=0, maximum=1)
-        flush_interval: float = option(_DEFAULTS["flush_interval"], "seconds between background flushes "
-                                       "(0: only when the bookie flushes)", minimum=0)
-        flush_entrylog_bytes: int = option(_DEFAULTS["flush_entrylog_bytes"], "fdatasync an entry log each time "
-                                           "this many bytes were written to it (0: only at checkpoints)", minimum=0)
+        major_compaction_threshold: float = option(0.8, "live fraction below which a major compaction "
+                                                   "rewrites a log", minimum=0, maximum=1)
+        flush_interval: float = option(0.0, "seconds between background flushes (0: only when the bookie "
+                                       "flushes)", minimum=0)
+        flush_entrylog_bytes: int = option(_FLUSH_ENTRYLOG_BYTES, "fdatasync an entry log each time this many "
+                                           "bytes were written to it (0: only at checkpoints)", minimum=0)
 
-    def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
-        super().__init__(ledger_dirs, **options)
-        unknown = sorted(set(options) - set(_DEFAULTS))
-        if unknown:
-            raise ConfigError(
-                f"entrylog storage: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(_DEFAULTS))}"
-            )
+        def __post_init__(self) -> None:
+            if self.page_size % 8:
+                raise ValueError(f"page_size={self.page_size} must be a multiple of 8")
+
+    def __init__(self, ledger_dirs: Sequence[Path], options: EntryLogStorage.Options | None = None, /,
+                 **values: Any) -> None:
+        """``options``: the ``storage_options`` table as the host parsed it; an engine built in code
+        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        super().__init__(ledger_dirs, options, **values)
+        opts: EntryLogStorage.Options = self.options
         if not self.ledger_dirs:
             raise ConfigError("entrylog storage needs at least one ledger directory")
-        opts = {**_DEFAULTS, **options}
-        write_buffer_size = _positive_int(opts, "write_buffer_size")
-        log_size_limit = _positive_int(opts, "entry_log_size_limit")
-        if log_size_limit > (1 << 32) or log_size_limit < 4096:
-            raise ConfigError(
-                f"entrylog storage: entry_log_size_limit={log_size_limit} must be between 4096 and 4 GiB "
-                "(offsets in index slots are 32-bit)"
-            )
-        page_size = _positive_int(opts, "page_size")
-        if page_size % 8 or page_size < 64:
-            raise ConfigError(f"entrylog storage: page_size={page_size} must be a multiple of 8, >= 64")
-        page_limit = _positive_int(opts, "page_limit_bytes")
-        self.minor_compaction_threshold = float(opts["minor_compaction_threshold"])
-        self.major_compaction_threshold = float(opts["major_compaction_threshold"])
+        self.minor_compaction_threshold = opts.minor_compaction_threshold
+        self.major_compaction_threshold = opts.major_compaction_threshold
         #: the composed parts (public on purpose: see :class:`~ledgerstore_entrylog.parts.EngineParts`)
         self.parts = EngineParts.build(
             list(self.ledger_dirs),
-            page_size=page_size,
-            write_buffer_size=write_buffer_size,
-            log_size_limit=log_size_limit,
-            sync_bytes=_non_negative_int(opts, "flush_entrylog_bytes"),
-            max_pages=max(2, page_limit // page_size),
-            flush_interval=float(opts["flush_interval"]),
+            page_size=opts.page_size,
+            write_buffer_size=opts.write_buffer_size,
+            log_size_limit=opts.entry_log_size_limit,
+            sync_bytes=opts.flush_entrylog_bytes,
+            max_pages=max(2, opts.page_limit_bytes // opts.page_size),
+            flush_interval=opts.flush_interval,
         )
         # The add and read paths are bound to their parts once, so an add or a read costs no call
         # more than when the engine was one class; a subclass's override of one is kept.
@@ -263,17 +244,4 @@ class EntryLogStorage(StorageEngine):
                 },
             )
 
-
-def _positive_int(opts: dict[str, Any], key: str) -> int:
-    value = opts[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"entrylog storage: option {key}={value!r} must be a positive integer")
-    return value
-
-
-def _non_negative_int(opts: dict[str, Any], key: str) -> int:
-    value = opts[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"entrylog storage: option {key}={value!r} must be a non-negative integer (0: off)")
-    return value
 

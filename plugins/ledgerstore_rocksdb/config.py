@@ -1,12 +1,10 @@
-"""Tunables of the ``rocksdb`` storage engine, validated once when the engine is built."""
+"""Tunables of the ``rocksdb`` storage engine, validated once when the host parses its options."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
-from ledgerstore.errors import ConfigError
+from ledgerstore.api import option
 
 __all__ = ["COMPRESSIONS", "RocksDBConfig"]
 
@@ -19,7 +17,8 @@ COMPRESSIONS = ("auto", "none", "snappy", "lz4", "lz4hc", "zstd", "zlib", "bz2")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RocksDBConfig:
-    """Options of :class:`ledgerstore_rocksdb.RocksDBStorage` (keyword arguments of its constructor).
+    """Options of :class:`ledgerstore_rocksdb.RocksDBStorage` (its ``Options``: the host parses the
+    ``storage_options`` table into one, and checks each value's type and range when it does).
 
     Attributes:
         block_cache_size: bytes of the LRU cache of uncompressed data blocks shared by reads.
@@ -40,52 +39,12 @@ class RocksDBConfig:
         wal_bytes_per_sync: the same for RocksDB's WAL files (only used with ``wal=True``).
     """
 
-    block_cache_size: int = 64 * MiB
-    write_buffer_size: int = 64 * MiB
-    max_write_buffer_number: int = 4
-    compression: str = "auto"
-    bloom_bits_per_key: int = 10
-    max_background_jobs: int = 2
-    wal: bool = False
-    bytes_per_sync: int = 1 * MiB
-    wal_bytes_per_sync: int = 1 * MiB
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> RocksDBConfig:
-        """Build from the engine's keyword options; ConfigError names any unknown or bad one."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
-            raise ConfigError(
-                f"unknown option(s) {', '.join(unknown)} for the rocksdb storage engine; "
-                f"known options: {', '.join(fields)}"
-            )
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            default = fields[name].default
-            if isinstance(default, bool):
-                if not isinstance(value, bool):
-                    raise ConfigError(f"rocksdb storage option {name} must be true or false, got {value!r}")
-            elif isinstance(default, int):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise ConfigError(
-                        f"rocksdb storage option {name} must be a non-negative integer, got {value!r}"
-                    )
-            elif not isinstance(value, str):
-                raise ConfigError(f"rocksdb storage option {name} must be a string, got {value!r}")
-            values[name] = value
-        config = cls(**values)
-        if config.compression not in COMPRESSIONS:
-            raise ConfigError(
-                f"rocksdb storage option compression is {config.compression!r}; "
-                f"use one of {', '.join(COMPRESSIONS)}"
-            )
-        for name in ("write_buffer_size", "max_write_buffer_number", "max_background_jobs"):
-            if getattr(config, name) < 1:
-                raise ConfigError(f"rocksdb storage option {name} must be at least 1")
-        if config.write_buffer_size < MiB:
-            raise ConfigError(
-                f"rocksdb storage option write_buffer_size is {config.write_buffer_size} bytes; "
-                "use at least 1 MiB (1048576)"
-            )
-        return config
+    block_cache_size: int = option(64 * MiB, "bytes of the block cache shared by reads", minimum=0)
+    write_buffer_size: int = option(64 * MiB, "bytes of one memtable (at least 1 MiB)", minimum=MiB)
+    max_write_buffer_number: int = option(4, "memtables kept in memory before writes stall", minimum=1)
+    compression: str = option("auto", "SST compression", choices=COMPRESSIONS)
+    bloom_bits_per_key: int = option(10, "bloom filter bits per key (0: no filters)", minimum=0)
+    max_background_jobs: int = option(2, "threads for flushes and compactions", minimum=1)
+    wal: bool = option(False, "write RocksDB's WAL (the journal already logs every add)")
+    bytes_per_sync: int = option(1 * MiB, "background sync of SST files every this many bytes", minimum=0)
+    wal_bytes_per_sync: int = option(1 * MiB, "the same for WAL files (with wal = true)", minimum=0)

@@ -97,11 +97,15 @@ class RocksDBStorage(StorageEngine):
     supports_compaction = True
     Options = RocksDBConfig
 
-    def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
-        super().__init__(ledger_dirs, **options)
+    def __init__(self, ledger_dirs: Sequence[Path], options: RocksDBConfig | None = None, /,
+                 **values: Any) -> None:
+        """``options``: the ``storage_options`` table as the host parsed it; an engine built in code
+        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        super().__init__(ledger_dirs, options, **values)
         if not self.ledger_dirs:
             raise ConfigError("the rocksdb storage engine needs at least one ledger directory")
-        self.config = RocksDBConfig.from_options(options)
+        #: the parsed options (the same object as ``self.options``)
+        self.config: RocksDBConfig = self.options
         self.path = self.ledger_dirs[0] / "rocksdb"
         self._db: Rdict | None = None
         self._write_opts = WriteOptions()

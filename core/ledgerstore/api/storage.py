@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ledgerstore.api.options import options_for
 from ledgerstore.errors import LedgerStoreError
 
 
@@ -60,9 +61,13 @@ class StorageEngine(abc.ABC):
     #: (an in-memory engine says False; the bookie then relies on the journal alone)
     durable_sync: ClassVar[bool] = True
 
-    def __init__(self, ledger_dirs: Sequence[Path], **options: Any) -> None:
+    def __init__(self, ledger_dirs: Sequence[Path], options: Any = None, /, **values: Any) -> None:
+        """``options``: the instance of the engine's ``Options`` dataclass the host parsed from the
+        ``storage_options`` table (an engine built in code may pass the table as keyword arguments
+        instead, parsed by the same rules: :func:`~ledgerstore.api.options.options_for`)."""
         self.ledger_dirs = [Path(d) for d in ledger_dirs]
-        self.options = options
+        #: the engine's parsed options (its ``Options`` instance; a dict for an engine without one)
+        self.options = options_for(type(self), options, values, f"storage plugin {self.name!r}")
 
     @abc.abstractmethod
     def open(self) -> None:

@@ -50,7 +50,7 @@ from ledgerstore.bookie.state import BookieState, BookieStatus
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
-from ledgerstore.plugins import create_transport, load_driver, notify
+from ledgerstore.plugins import build, create_transport, notify
 from ledgerstore.proto import speedups
 from ledgerstore.stalls import peaks, probe_loop_lag, watch_gc
 from ledgerstore.startup import (
@@ -168,7 +168,7 @@ class Bookie:
         # options, the metadata store, a port) is checked before the cookie is written: a failed
         # start leaves no cookie behind, in the directories or in the metadata store.
         prepare_dirs([("journal_dir", self.journal_dir), *(("ledger_dirs", d) for d in self.ledger_dirs)])
-        engine = self._given_engine or load_driver("storage", cfg.storage)(self.ledger_dirs, **cfg.storage_options)
+        engine = self._given_engine or build("storage", cfg.storage, self.ledger_dirs, options=cfg.storage_options)
         if cfg.http_port:
             check_port_free("http_port", cfg.http_address, cfg.http_port)
         if self._given_store is not None:

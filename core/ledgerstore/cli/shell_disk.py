@@ -27,7 +27,7 @@ from ledgerstore.config import load_bookie_config
 from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError
 from ledgerstore.meta.bookies import CookieManager
 from ledgerstore.meta.ledgers import LedgerManager
-from ledgerstore.plugins import create_metadata_store, load_driver
+from ledgerstore.plugins import build, create_metadata_store
 from ledgerstore.proto.digest import parse_entry_header
 
 T = TypeVar("T")
@@ -39,7 +39,7 @@ def _open_local(config_path: str, tool: str) -> tuple[Any, Any, Any]:
     cfg = load_bookie_config(config_path)
     lock = lock_bookie_dirs(cfg, tool)
     try:
-        engine = load_driver("storage", cfg.storage)([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)
+        engine = build("storage", cfg.storage, [Path(d) for d in cfg.ledger_dirs], options=cfg.storage_options)
         engine.open()
     except BaseException:
         lock.release()
