@@ -206,9 +206,9 @@ def uri_scheme(uri: str) -> str:
 
 
 def create_metadata_store(uri: str, **options: Any) -> Any:
-    """Build (unstarted) the metadata store the URI's scheme names."""
-    cls = load_driver("metadata", uri_scheme(uri))
-    return cls(uri, **options)
+    """Build (unstarted) the metadata store the URI's scheme names, its options parsed once
+    (:func:`build`)."""
+    return build("metadata", uri_scheme(uri), uri, options=options)
 
 
 def create_transport(scheme: str, **options: Any) -> Any:

@@ -134,7 +134,8 @@ class EtcdMetadataStore(MetadataStore):
 
         session_timeout: float | None = option(None, "the name every metadata backend understands for lease_ttl",
                                              minimum=2)
-        lease_ttl: int = option(10, "seconds ephemeral keys outlive a dead process (the lease TTL)", minimum=2)
+        lease_ttl: int | None = option(None, "seconds ephemeral keys outlive a dead process (the lease TTL; "
+                                       "default session_timeout, else 10)", minimum=2)
         user: str | None = option(None, "etcd user (with password)")
         password: str | None = option(None, "etcd password (with user)")
         ca_file: str | None = option(None, "CA bundle of the servers' certificates; switches the channel to TLS")
@@ -142,29 +143,27 @@ class EtcdMetadataStore(MetadataStore):
         key_file: str | None = option(None, "client certificate's private key")
         operation_timeout: float = option(30.0, "deadline of every request, in seconds", minimum=0.001)
 
-    def __init__(self, uri: str, **options: object) -> None:
-        super().__init__(uri, **options)
+        def __post_init__(self) -> None:
+            if (self.user is None) != (self.password is None):
+                raise ValueError("user and password go together: give both or neither")
+            if (self.cert_file is None) != (self.key_file is None):
+                raise ValueError("cert_file and key_file go together: give both or neither")
+            if self.cert_file is not None and self.ca_file is None:
+                raise ValueError("cert_file needs ca_file (TLS is switched on by ca_file)")
+
+    def __init__(self, uri: str, options: EtcdMetadataStore.Options | None = None, /, **values: Any) -> None:
+        """``options``: the ``metadata_options`` table as the host parsed it; a store built in code
+        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        super().__init__(uri, options, **values)
+        opts: EtcdMetadataStore.Options = self.options
         self.endpoints, self.prefix = parse_etcd_uri(uri)
-        options = dict(options)
-        if "session_timeout" in options:  # the name every metadata backend understands
-            options.setdefault("lease_ttl", int(float(options.pop("session_timeout"))))  # type: ignore[arg-type]
-        known = {"lease_ttl", "user", "password", "ca_file", "cert_file", "key_file", "operation_timeout"}
-        unknown = set(options) - known
-        if unknown:
-            raise ConfigError(f"unknown etcd metadata option(s) {sorted(unknown)}; known: {sorted(known)}")
-        self.lease_ttl = int(options.get("lease_ttl", 10))  # type: ignore[call-overload]
-        if self.lease_ttl < 2:
-            raise ConfigError(f"etcd option lease_ttl must be at least 2 seconds, got {self.lease_ttl}")
-        self.operation_timeout = float(options.get("operation_timeout", 30.0))  # type: ignore[arg-type]
-        self._user = options.get("user")
-        self._password = options.get("password")
-        if (self._user is None) != (self._password is None):
-            raise ConfigError("etcd options user and password go together: give both or neither")
-        self._tls = {k: options.get(k) for k in ("ca_file", "cert_file", "key_file")}
-        if (self._tls["cert_file"] is None) != (self._tls["key_file"] is None):
-            raise ConfigError("etcd options cert_file and key_file go together: give both or neither")
-        if self._tls["cert_file"] is not None and self._tls["ca_file"] is None:
-            raise ConfigError("etcd option cert_file needs ca_file (TLS is switched on by ca_file)")
+        # session_timeout is the name every metadata backend understands; lease_ttl is etcd's own
+        self.lease_ttl: int = (opts.lease_ttl if opts.lease_ttl is not None
+                               else 10 if opts.session_timeout is None else int(opts.session_timeout))
+        self.operation_timeout = opts.operation_timeout
+        self._user = opts.user
+        self._password = opts.password
+        self._tls = {"ca_file": opts.ca_file, "cert_file": opts.cert_file, "key_file": opts.key_file}
         self._base = self.prefix.encode()
         self._counters = self._base + b".counters/"
         self._channel: grpc.aio.Channel | None = None

@@ -63,13 +63,6 @@ _POLL_BATCH = 5000
 #: keys fetched per step of the children() scan
 _CHILDREN_BATCH = 256
 
-_DEFAULTS: dict[str, float | str] = {
-    "session_ttl": 10.0,
-    "poll_interval": 0.05,
-    "busy_timeout": 30.0,
-    "synchronous": "full",
-    "server": "auto",
-}
 #: values of the ``server`` option: use a live metadata server if there is one, else the file
 #: ("auto"); refuse to start without one ("require"); always open the file ("never")
 SERVER_MODES = ("auto", "require", "never")
@@ -90,36 +83,6 @@ def path_from_uri(uri: str) -> str:
     if not path:
         raise ConfigError(f"sqlite metadata URI {uri!r} names no file; use sqlite:///absolute/path/meta.db")
     return os.path.abspath(path)
-
-
-def _parse_options(options: dict[str, object]) -> dict[str, float | str]:
-    unknown = sorted(set(options) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(
-            f"unknown sqlite metadata option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(_DEFAULTS))}"
-        )
-    parsed: dict[str, float | str] = dict(_DEFAULTS)
-    for name, raw in options.items():
-        if name == "synchronous":
-            mode = str(raw).lower()
-            if mode not in ("full", "normal"):
-                raise ConfigError(f"sqlite metadata option synchronous={raw!r}: use 'full' or 'normal'")
-            parsed[name] = mode
-            continue
-        if name == "server":
-            mode = str(raw).lower()
-            if mode not in SERVER_MODES:
-                raise ConfigError(f"sqlite metadata option server={raw!r}: use one of {', '.join(SERVER_MODES)}")
-            parsed[name] = mode
-            continue
-        try:
-            value = float(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ConfigError(f"sqlite metadata option {name}={raw!r} is not a number of seconds") from None
-        if not value > 0:
-            raise ConfigError(f"sqlite metadata option {name}={raw!r} must be greater than 0 seconds")
-        parsed[name] = value
-    return parsed
 
 
 def _norm_key(key: str) -> str:
@@ -189,7 +152,8 @@ class SqliteMetadataStore(MetadataStore):
 
         session_timeout: float | None = option(None, "the name every metadata backend understands for "
                                                "session_ttl", minimum=0.001)
-        session_ttl: float = option(10.0, "seconds ephemeral keys of a killed process outlive it", minimum=0.001)
+        session_ttl: float | None = option(None, "seconds ephemeral keys of a killed process outlive it "
+                                           "(default session_timeout, else 10)", minimum=0.001)
         poll_interval: float = option(0.05, "seconds between polls of the change table while watches exist",
                                       minimum=0.001)
         busy_timeout: float = option(30.0, "seconds to wait for another process's write lock", minimum=0.001)
@@ -197,18 +161,19 @@ class SqliteMetadataStore(MetadataStore):
         server: str = option("auto", "reach the database through its metadata server: 'auto' when one runs, "
                              "'require' (fail without one) or 'never' (open the file)", choices=SERVER_MODES)
 
-    def __init__(self, uri: str, **options: object) -> None:
-        super().__init__(uri, **options)
+    def __init__(self, uri: str, options: SqliteMetadataStore.Options | None = None, /, **values: Any) -> None:
+        """``options``: the ``metadata_options`` table as the host parsed it; a store built in code
+        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        super().__init__(uri, options, **values)
+        opts: SqliteMetadataStore.Options = self.options
         self.path = path_from_uri(uri)
-        options = dict(options)
-        if "session_timeout" in options:  # the name every metadata backend understands
-            options.setdefault("session_ttl", options.pop("session_timeout"))
-        opts = _parse_options(options)
-        self.session_ttl = float(opts["session_ttl"])
-        self.poll_interval = float(opts["poll_interval"])
-        self.busy_timeout = float(opts["busy_timeout"])
-        self.synchronous = str(opts["synchronous"]).upper()
-        self.server_mode = str(opts["server"])
+        # session_timeout is the name every metadata backend understands; session_ttl is sqlite's own
+        self.session_ttl: float = (opts.session_ttl if opts.session_ttl is not None
+                                   else 10.0 if opts.session_timeout is None else opts.session_timeout)
+        self.poll_interval = opts.poll_interval
+        self.busy_timeout = opts.busy_timeout
+        self.synchronous = opts.synchronous.upper()
+        self.server_mode = opts.server
         #: set when a metadata server serves the file: every primitive goes through it
         self._remote: RemoteSession | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None

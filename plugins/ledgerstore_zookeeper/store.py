@@ -127,25 +127,24 @@ class ZooKeeperMetadataStore(MetadataStore):
         connect_timeout: float = option(15.0, "seconds start() waits for the first session", minimum=0.001)
         operation_timeout: float = option(30.0, "seconds any single request may take", minimum=0.001)
 
-    def __init__(self, uri: str, **options: object) -> None:
-        super().__init__(uri, **options)
+        def __post_init__(self) -> None:
+            if self.auth is not None and ":" not in self.auth:
+                raise ValueError("auth must be 'user:password'")
+
+    def __init__(self, uri: str, options: ZooKeeperMetadataStore.Options | None = None, /, **values: Any) -> None:
+        """``options``: the ``metadata_options`` table as the host parsed it; a store built in code
+        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        super().__init__(uri, options, **values)
+        opts: ZooKeeperMetadataStore.Options = self.options
         self.hosts, self.root = parse_zk_uri(uri)
-        known = {"session_timeout", "auth", "connect_timeout", "operation_timeout"}
-        unknown = set(options) - known
-        if unknown:
-            raise ConfigError(
-                f"unknown ZooKeeper metadata option(s) {sorted(unknown)}; known: {sorted(known)}"
-            )
-        self.session_timeout = float(options.get("session_timeout", 10.0))  # type: ignore[arg-type]
-        self.connect_timeout = float(options.get("connect_timeout", 15.0))  # type: ignore[arg-type]
-        self.operation_timeout = float(options.get("operation_timeout", 30.0))  # type: ignore[arg-type]
-        auth = options.get("auth")
+        self.session_timeout = opts.session_timeout
+        self.connect_timeout = opts.connect_timeout
+        self.operation_timeout = opts.operation_timeout
+        auth = opts.auth
         self._auth_user: str | None = None
         self._auth_data: list[tuple[str, str]] = []
         self._acl: list[Any] | None = None
         if auth is not None:
-            if not isinstance(auth, str) or ":" not in auth:
-                raise ConfigError("ZooKeeper option auth must be 'user:password'")
             user, _, password = auth.partition(":")
             self._auth_user = user
             self._auth_data = [("digest", auth)]

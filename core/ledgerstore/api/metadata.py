@@ -16,7 +16,9 @@ import abc
 import dataclasses
 import enum
 from collections.abc import Awaitable, Callable
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
+
+from ledgerstore.api.options import options_for
 
 #: ``expected_version`` meaning "the key must not exist yet" (create-if-absent).
 NOT_EXISTS: Final = -1
@@ -103,9 +105,13 @@ class MetadataStore(abc.ABC):
     #: the backend can reach its server over TLS (options name the certificates)
     supports_tls: ClassVar[bool] = False
 
-    def __init__(self, uri: str, **options: object) -> None:
+    def __init__(self, uri: str, options: Any = None, /, **values: Any) -> None:
+        """``options``: the instance of the store's ``Options`` dataclass the host parsed from the
+        ``metadata_options`` table (a store built in code may pass the table as keyword arguments
+        instead, parsed by the same rules: :func:`~ledgerstore.api.options.options_for`)."""
         self.uri = uri
-        self.options = options
+        #: the store's parsed options (its ``Options`` instance; a dict for a store without one)
+        self.options = options_for(type(self), options, values, f"metadata plugin {uri.partition(':')[0]!r}")
 
     @abc.abstractmethod
     async def start(self) -> None:

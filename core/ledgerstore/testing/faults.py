@@ -342,7 +342,8 @@ class FaultyMetadataStore(MetadataStore):
     """
 
     def __init__(self, inner: MetadataStore) -> None:
-        super().__init__(inner.uri, **inner.options)
+        super().__init__(inner.uri)
+        self.options = inner.options
         self.inner = inner
         self.schemes = inner.schemes
         self.faults: list[MetadataFault] = []

@@ -24,7 +24,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from ledgerstore.api import (
     NOT_EXISTS,
@@ -414,12 +414,10 @@ class MemoryMetadataStore(MetadataStore):
     class Options:
         """The memory store takes no options."""
 
-    def __init__(self, uri: str, **options: object) -> None:
-        super().__init__(uri, **options)
-        if options:
-            raise ConfigError(
-                f"the memory metadata store takes no options, got {', '.join(sorted(options))}"
-            )
+    def __init__(self, uri: str, options: MemoryMetadataStore.Options | None = None, /, **values: Any) -> None:
+        # ledgerstore parses the (empty) option table into Options: an unknown option is refused
+        # there, naming the plugin and the option
+        super().__init__(uri, options, **values)
         self.name = namespace_from_uri(uri)
         self._ns = _namespace(self.name)
         self._store_id = self._ns.new_store_id()
