@@ -41,7 +41,8 @@ def open_for_read(client: ledgerstore.Client, ledger_id: int, password: bytes) -
     """Open a ledger without recovery; a missing ledger or a wrong or missing password is an error
     that says which ledger and which option to fix."""
     try:
-        return client.open_ledger(ledger_id, password, recovery=False)
+        handle: ledgerstore.ReadHandle = client.open_ledger(ledger_id, password, recovery=False)
+        return handle
     except NoSuchLedgerError:
         raise NoSuchLedgerError(f"ledger {ledger_id} does not exist in this cluster "
                                 "(list them with `ledgerstore shell listledgers`)") from None

@@ -16,11 +16,11 @@ from ledgerstore_spark.clients import run
 
 def read_log(client: ledgerstore.Client, name: str) -> LogMetadata | None:
     """The log's metadata (with its store version), or None if there is no such log."""
-    return run(client, LogManager(client.aio.store).read(name))  # type: ignore[arg-type]
+    return run(client, LogManager(client.aio.store).read(name))
 
 
 def get_or_create_log(client: ledgerstore.Client, name: str) -> LogMetadata:
-    return run(client, LogManager(client.aio.store).get_or_create(name))  # type: ignore[arg-type]
+    return run(client, LogManager(client.aio.store).get_or_create(name))
 
 
 def require_log(client: ledgerstore.Client, name: str) -> LogMetadata:
@@ -42,7 +42,7 @@ def append_ledgers(client: ledgerstore.Client, md: LogMetadata, ledger_ids: list
     new = md
     for lid in ledger_ids:
         new = new.with_ledger(lid)
-    return run(client, LogManager(client.aio.store).write(new))  # type: ignore[arg-type]
+    return run(client, LogManager(client.aio.store).write(new))
 
 
 __all__ = ["BadVersionError", "LogMetadata", "Position", "append_ledgers", "get_or_create_log", "read_log",

@@ -169,7 +169,9 @@ def ledgers_to_fence(client: ledgerstore.Client, md: LogMetadata) -> list[int]:
     older = [lid for lid in md.ledger_ids[:-2] if (uri, lid) not in _closed_seen]
 
     async def states() -> list[object]:
-        return await asyncio.gather(*(client.aio.ledger_metadata(lid) for lid in older), return_exceptions=True)
+        answers: list[object] = await asyncio.gather(*(client.aio.ledger_metadata(lid) for lid in older),
+                                                     return_exceptions=True)
+        return answers
 
     found = []
     for lid, lmd in zip(older, run(client, states()) if older else [], strict=True):

@@ -74,7 +74,7 @@ def encode(message: dict[str, Any]) -> bytes:
 def frame_length(header: bytes) -> int:
     """Bytes that follow the 4-byte length field of ``header`` (version byte included).
     Raises :class:`FrameError` if it is 0 or above :data:`MAX_FRAME`."""
-    (length,) = struct.unpack(">I", header[:4])
+    length: int = struct.unpack(">I", header[:4])[0]
     if not 1 <= length <= MAX_FRAME:
         raise FrameError(f"frame length {length} is outside 1..{MAX_FRAME}")
     return length

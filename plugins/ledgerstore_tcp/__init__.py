@@ -30,7 +30,7 @@ import socket
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ledgerstore.api import Connection, FrameHandler, Server, Transport, option, split_address
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
@@ -298,9 +298,11 @@ class _ServerConn(asyncio.BufferedProtocol):
         self._lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
-        self.writer.transport = transport
-        transport.set_write_buffer_limits(high=self.server.high_water)
+        # a stream transport, though uvloop's are not asyncio.Transport subclasses: typed as one
+        stream = cast(asyncio.Transport, transport)
+        self.transport = stream
+        self.writer.transport = stream
+        stream.set_write_buffer_limits(high=self.server.high_water)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
@@ -536,7 +538,7 @@ class TcpTransport(Transport):
         except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
         writer = _Writer(loop, self.max_frame_size)
-        writer.transport = transport  # type: ignore[assignment]
+        writer.transport = transport
         return TcpConnection(proto, writer, address)
 
     async def serve(self, address: str, handler: FrameHandler) -> Server:

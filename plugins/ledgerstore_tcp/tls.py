@@ -64,7 +64,7 @@ def _readable_file(option: str, path: Any) -> str:
         raise ConfigError(f"transport option {option!r}: file {path!r} does not exist")
     if not os.access(path, os.R_OK):
         raise ConfigError(f"transport option {option!r}: file {path!r} is not readable by this user")
-    return path
+    return str(path)
 
 
 def _load_chain(ctx: ssl.SSLContext, cert_opt: str, cert: str, key_opt: str, key: str) -> None:
