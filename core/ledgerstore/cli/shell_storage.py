@@ -34,7 +34,9 @@ from ledgerstore.cli.shell_local import (
     lock_bookie_dirs,
     with_bookie_store,
 )
+from ledgerstore.config import load_bookie_config
 from ledgerstore.errors import ConfigError, NoSuchLedgerError
+from ledgerstore.meta.ledgers import LedgerManager
 
 
 def _optional(module: str, what: str) -> ModuleType:
@@ -52,8 +54,6 @@ def _plugin_module(engine: str, name: str) -> ModuleType:
 
 
 def _load(bookie_config: str) -> Any:
-    from ledgerstore.config import load_bookie_config
-
     return load_bookie_config(bookie_config)
 
 
@@ -163,7 +163,6 @@ def activeledgers(sc: Any, bookie_config: str | None, log_id: str | None, log_fi
                   as_json: bool) -> None:
     """Active ledgers (present in the cluster metadata) in one entry log (``-logId``, with the
     bookie's --config), or on one bookie (``-bookieid``; default: the --config bookie's id)."""
-    from ledgerstore.meta.ledgers import LedgerManager
 
     cfg = _load(bookie_config) if bookie_config else None
     if cfg is not None and sc.metadata is None and sc.config is None:
