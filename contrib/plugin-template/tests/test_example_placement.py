@@ -54,8 +54,14 @@ def test_replacement_rotates_over_bookies_outside_the_ensemble() -> None:
     assert picks == {b.bookie_id for b in bookies} - set(ensemble)
 
 
-def test_unknown_or_bad_option_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="rack_aware"):
+def test_unknown_or_bad_option_is_a_config_error_naming_the_plugin_and_option() -> None:
+    with pytest.raises(ConfigError, match="placement plugin 'round-robin': unknown option 'rack_aware'"):
         RoundRobinPlacement(rack_aware=True)
-    with pytest.raises(ConfigError, match="start='two'"):
+    with pytest.raises(ConfigError, match="placement plugin 'round-robin': option 'start' = 'two' is not an integer"):
         RoundRobinPlacement(start="two")
+
+
+def test_the_policy_is_built_from_the_options_ledgerstore_parsed() -> None:
+    bookies = make_bookies(4)
+    policy = RoundRobinPlacement(RoundRobinPlacement.Options(start=2))
+    assert policy.new_ensemble(2, 2, 2, bookies) == [bookies[2].bookie_id, bookies[3].bookie_id]
