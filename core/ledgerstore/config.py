@@ -66,20 +66,22 @@ def plugin_problems(kind: str, cfg: Any) -> list[str]:
     checks: list[tuple[str, str, str, Mapping[str, Any] | None, Any]] = []  # (option, slot, name, table, build)
     if "://" in cfg.metadata:
         checks.append(("metadata", "metadata", cfg.metadata.partition("://")[0], cfg.metadata_options,
-                       lambda c: c(cfg.metadata, **cfg.metadata_options)))
+                       lambda c: plugins.construct("metadata", cfg.metadata.partition("://")[0], c, cfg.metadata,
+                                                   options=cfg.metadata_options)))
     if kind == "bookie":
         if "://" in cfg.listen:
             checks.append(("listen", "transport", cfg.listen.partition("://")[0], cfg.transport,
                            lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
         checks.append(("storage", "storage", cfg.storage, cfg.storage_options,
-                       lambda c: c([Path(d) for d in cfg.ledger_dirs], **cfg.storage_options)))
+                       lambda c: plugins.construct("storage", cfg.storage, c, [Path(d) for d in cfg.ledger_dirs],
+                                                   options=cfg.storage_options)))
         ar = cfg.autorecovery
         checks.append(("autorecovery.placement", "placement", ar.placement, ar.placement_options,
-                       lambda c: c(**ar.placement_options)))
+                       lambda c: plugins.construct("placement", ar.placement, c, options=ar.placement_options)))
         client_tables = ("autorecovery.client_transport", cfg.autorecovery.client_transport)
     else:
         checks.append(("placement", "placement", cfg.placement, cfg.placement_options,
-                       lambda c: c(**cfg.placement_options)))
+                       lambda c: plugins.construct("placement", cfg.placement, c, options=cfg.placement_options)))
         client_tables = ("transport", cfg.transport)
     # per-scheme client transport tables ({ "tcp+tls" = { ca_file = ... } }): checked, not built
     prefix, tables = client_tables

@@ -116,7 +116,11 @@ def build(slot: str, name: str, *args: Any, options: Mapping[str, Any]) -> Any:
     """An instance of the ``slot`` backend ``name``, built as ``cls(*args, parsed_options)`` when it
     declares ``Options`` (the table parsed once, :func:`plugin_options`), or as
     ``cls(*args, **options)`` when it does not."""
-    cls = load_driver(slot, name)
+    return construct(slot, name, load_driver(slot, name), *args, options=options)
+
+
+def construct(slot: str, name: str, cls: type, *args: Any, options: Mapping[str, Any]) -> Any:
+    """:func:`build` with the backend class already loaded (``config check`` loads it first)."""
     if declared_options(cls) is None:
         return cls(*args, **options)
     return cls(*args, plugin_options(slot, name, cls, options))
