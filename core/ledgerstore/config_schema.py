@@ -103,6 +103,11 @@ class AdminHttpConfig:
     #: admin server does and as a Prometheus scrape without credentials needs; state changes
     #: never do. Set false to require the token or a client certificate for reads too
     allow_anonymous_read: bool = True
+    #: let the ledger endpoints (/api/v1/ledger/list, metadata and read) answer GETs without
+    #: credentials too. Off by default: ledger data and metadata belong to the applications, so
+    #: reading them needs the token or a client certificate even when allow_anonymous_read is
+    #: on (ledger/read also needs the ledger's password)
+    allow_anonymous_ledger_read: bool = False
     #: GET paths that answer without credentials even when allow_anonymous_read is false
     #: (liveness and readiness probes; they tell nothing a TCP connect does not)
     anonymous_paths: list[str] = dataclasses.field(default_factory=lambda: ["/heartbeat", "/api/v1/bookie/is_ready"])
@@ -292,6 +297,10 @@ class ClientConfig:
     #: keep the ledger password in its metadata so auto-recovery can re-replicate and fence it
     #: (BookKeeper's storePasswordInMetadata)
     store_password_in_metadata: bool = True
+    #: scrypt's cost N (a power of two, 1024 to 1048576) of the password check stored in new
+    #: ledgers' metadata (8192: about 20 ms and 8 MiB per create or open). Each check names its
+    #: own cost; a ledger whose check costs less is rewritten at its next open with the password
+    password_check_cost: int = 8192
     #: largest wire frame, in bytes (match the bookies')
     max_frame_size: int = 5 * 1024 * 1024
     #: transport options, per scheme: { "tcp+tls" = { ca_file = ... }, zmq = { curve_server_public_key = ... } }
@@ -336,6 +345,12 @@ class ClientConfig:
             problems.append("'bookie_error_threshold_per_interval' must be at least 1")
         if self.bookie_quarantine_time_s <= 0:
             problems.append("'bookie_quarantine_time_s' must be positive")
+        from ledgerstore.proto.digest import SCRYPT_N_RANGE
+
+        low, high = SCRYPT_N_RANGE
+        cost = self.password_check_cost
+        if not (low <= cost <= high and cost & (cost - 1) == 0):
+            problems.append(f"'password_check_cost' = {cost} must be a power of two from {low} to {high}")
         return problems
 
 

@@ -94,8 +94,12 @@ class AdminHttpServer:
 
     def _add_builtin_routes(self) -> None:
         open_routes, protected = bookie_routes(self)
-        for method, path, handler in [*open_routes, *ledger_routes(self), *cluster_routes(self)]:
+        for method, path, handler in [*open_routes, *cluster_routes(self)]:
             self.add_route(method, path, handler)
+        # ledger data and metadata are the applications', not the operator's: credentials unless opened up
+        ledger_reads_protected = not self.bookie.config.http.allow_anonymous_ledger_read
+        for method, path, handler in ledger_routes(self):
+            self.add_route(method, path, handler, protected=ledger_reads_protected)
         for method, path, handler in protected:
             self.add_route(method, path, handler, protected=True)
 

@@ -24,6 +24,7 @@ from ledgerstore.client.log import (
     truncate_log,
 )
 from ledgerstore.client.metrics import CLIENT_METRICS, timed
+from ledgerstore.client.passwords import PasswordChecks
 from ledgerstore.client.placement import EnsemblePlacement
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.client.recovery import recover
@@ -32,14 +33,13 @@ from ledgerstore.errors import (
     BookieUnavailableError,
     InvalidArgumentError,
     LedgerStoreError,
-    UnauthorizedAccessError,
 )
 from ledgerstore.meta.bookies import BookieRegistry, ClusterManager
 from ledgerstore.meta.cluster_check import refuse_missing_sqlite_file, require_cluster
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.meta.logs import Position
 from ledgerstore.plugins import build, create_metadata_store, notify
-from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type, password_check
+from ledgerstore.proto.digest import DIGEST_TYPES, normalize_digest_type
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ class Client:
                 await self.store.close()
                 raise
         self.ledgers = LedgerManager(self.store)
+        #: makes, verifies and upgrades ledgers' password checks (see :mod:`.passwords`)
+        self.password_checks = PasswordChecks(self.ledgers, self.config.password_check_cost)
         self.registry = BookieRegistry(self.store)
         #: error counts and quarantines of the bookies; the health checker acts on them
         self.health = BookieHealth()
@@ -208,7 +210,7 @@ class Client:
         lid = await self.ledgers.new_ledger_id()
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,
-            password_check=password_check(password), ensembles=[(0, chosen)], custom=dict(custom_metadata or {}),
+            password_check=await self.password_checks.make(password), ensembles=[(0, chosen)], custom=dict(custom_metadata or {}),
             password=base64.b64encode(password).decode() if self.config.store_password_in_metadata else None,
         )
         md = await self.ledgers.create(md)
@@ -220,10 +222,7 @@ class Client:
         """Open a ledger for reading. With ``recovery`` (the default) an open ledger is fenced,
         its tail recovered and it is closed; without, nothing is changed and reads go up to the
         LAC the bookies report."""
-        md = await self.ledgers.read(ledger_id)
-        if md.password_check != password_check(password):
-            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}" if password else
-                                          f"ledger {ledger_id} has a password and none was given: pass password=...")
+        md = await self.password_checks.verify(await self.ledgers.read(ledger_id), password)
         if recovery and not md.is_closed:
             md = await recover(self, md, password)
         handle = ReadHandle(self, md, password)

@@ -46,7 +46,9 @@ class LedgerMetadata:
     write_quorum: int
     ack_quorum: int
     digest_type: str
-    password_check: str
+    #: derived from the password (:func:`ledgerstore.proto.digest.password_check`): stored, never
+    #: shown (not in ``repr``, :meth:`to_dict`, HTTP bodies or shell output)
+    password_check: str = dataclasses.field(repr=False)
     ensembles: list[tuple[int, list[str]]]
     state: LedgerState = LedgerState.OPEN
     last_entry_id: int = -1
@@ -56,7 +58,7 @@ class LedgerMetadata:
     version: int | None = None
     #: the ledger password (base64), stored so auto-recovery can fence and re-replicate the
     #: ledger (as BookKeeper stores it); ``None`` when the creator chose not to store it
-    password: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def is_closed(self) -> bool:
@@ -138,7 +140,10 @@ class LedgerMetadata:
             raise MetadataError(f"corrupt ledger metadata: {exc}") from exc
 
     def to_dict(self) -> dict[str, object]:
+        """The metadata for display (HTTP bodies, shell output): everything but what is derived
+        from the password; a stored password shows as ``"(stored)"``."""
         d: dict[str, object] = json.loads(self.to_bytes())
+        del d["password_check"]
         d["version"] = self.version
         if "password" in d:
             d["password"] = "(stored)"  # printed metadata must not reveal it

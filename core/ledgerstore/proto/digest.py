@@ -13,8 +13,12 @@ builds the one the name asks for.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import os
+import re
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -22,7 +26,7 @@ from typing import ClassVar, NamedTuple
 
 import crc32c as _crc32c
 
-from ledgerstore.errors import DigestMismatchError, InvalidArgumentError
+from ledgerstore.errors import DigestMismatchError, InvalidArgumentError, MetadataError
 from ledgerstore.proto import speedups
 
 ENTRY_HEADER = struct.Struct(">QQq")
@@ -46,9 +50,82 @@ def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"ledger\0" + password).digest()
 
 
-def password_check(password: bytes) -> str:
-    """What ledger metadata stores to refuse a wrong password at open, without storing it."""
-    return hashlib.sha256(b"ledgerstore-password-check\0" + password).hexdigest()
+#: scrypt's default cost for a new password check (the client's ``password_check_cost``):
+#: N=2**13, r=8, p=1 takes 8 MiB and about 20 ms of one core (measured on a 2-core build
+#: machine), paid once per ledger create and per open (a client remembers the checks it verified,
+#: so re-opening costs nothing). That makes an offline guess thousands of times dearer than the
+#: unsalted SHA-256 it replaces, while a workload that creates a ledger per second spends 2% of a
+#: core on it. Raise it as hardware gets faster: every check carries its own parameters, and a
+#: check made with smaller ones is rewritten the next time its password is verified
+#: (:func:`check_needs_upgrade`).
+SCRYPT_N = 2**13
+#: the range of N a client may be configured with (1 MiB to 1 GiB of memory at r=8)
+SCRYPT_N_RANGE = (2**10, 2**20)
+SCRYPT_R = 8
+SCRYPT_P = 1
+_SALT_BYTES = 16
+_HASH_BYTES = 32
+#: the largest parameters a stored check may ask for (a corrupt or hostile check must not make
+#: an open allocate gigabytes): N * r * 128 bytes stays within 256 MiB
+_SCRYPT_MAX_MEM = 256 * 1024 * 1024
+#: the check written before salted checks: unsalted SHA-256 hex of a fixed prefix and the password
+_LEGACY_PREFIX = b"ledgerstore-password-check\0"
+_LEGACY = re.compile(r"[0-9a-f]{64}")
+_SCRYPT = re.compile(r"scrypt\$n=(\d{1,9})\$r=(\d{1,4})\$p=(\d{1,4})\$([A-Za-z0-9+/=]{4,64})\$([A-Za-z0-9+/=]{4,128})")
+
+
+def password_check(password: bytes, n: int | None = None) -> str:
+    """What ledger metadata stores to refuse a wrong password at open, without storing it: a
+    salted scrypt hash, self-describing as ``scrypt$n=N$r=R$p=P$<salt b64>$<hash b64>`` so its
+    parameters can be raised later. ``n`` is scrypt's cost (default :data:`SCRYPT_N`)."""
+    n = SCRYPT_N if n is None else n
+    salt = os.urandom(_SALT_BYTES)
+    digest = _scrypt(password, salt, n, SCRYPT_R, SCRYPT_P)
+    return (f"scrypt$n={n}$r={SCRYPT_R}$p={SCRYPT_P}$"
+            f"{base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}")
+
+
+def legacy_password_check(password: bytes) -> str:
+    """The unsalted check older releases stored (still accepted at open, then rewritten)."""
+    return hashlib.sha256(_LEGACY_PREFIX + password).hexdigest()
+
+
+def verify_password(check: str, password: bytes) -> bool:
+    """Whether ``password`` is the one ``check`` (from :func:`password_check`, or an older
+    release's unsalted check) was made from; compared in constant time. MetadataError
+    when ``check`` is in no known format (the metadata is corrupt)."""
+    if _LEGACY.fullmatch(check):
+        return hmac.compare_digest(check, legacy_password_check(password))
+    n, r, p, salt, expected = _parse_scrypt(check)
+    return hmac.compare_digest(expected, _scrypt(password, salt, n, r, p, len(expected)))
+
+
+def check_needs_upgrade(check: str, n: int | None = None) -> bool:
+    """Whether ``check`` is weaker than what :func:`password_check` makes with cost ``n`` (the
+    unsalted form, or scrypt with smaller parameters): rewrite it once the password is verified."""
+    if _LEGACY.fullmatch(check):
+        return True
+    got_n, r, p, _, _ = _parse_scrypt(check)
+    return got_n * r * p < (SCRYPT_N if n is None else n) * SCRYPT_R * SCRYPT_P
+
+
+def _parse_scrypt(check: str) -> tuple[int, int, int, bytes, bytes]:
+    m = _SCRYPT.fullmatch(check)
+    if m is None:
+        raise MetadataError("the ledger's stored password check is in no known format (corrupt metadata)")
+    n, r, p = int(m[1]), int(m[2]), int(m[3])
+    if n < 2 or n & (n - 1) or r < 1 or p < 1 or 128 * n * r * p > _SCRYPT_MAX_MEM:
+        raise MetadataError(f"the ledger's stored password check asks for scrypt n={n} r={r} p={p}, "
+                                   "outside what this release accepts (corrupt metadata)")
+    try:
+        return n, r, p, base64.b64decode(m[4], validate=True), base64.b64decode(m[5], validate=True)
+    except binascii.Error:
+        raise MetadataError("the ledger's stored password check is not valid base64 (corrupt metadata)") from None
+
+
+def _scrypt(password: bytes, salt: bytes, n: int, r: int, p: int, size: int = _HASH_BYTES) -> bytes:
+    # maxmem must cover 128*N*r*p plus scrypt's working block; OpenSSL's default is 32 MiB
+    return hashlib.scrypt(password, salt=salt, n=n, r=r, p=p, dklen=size, maxmem=_SCRYPT_MAX_MEM + 2**20)
 
 
 class Entry(NamedTuple):

@@ -129,6 +129,10 @@ class World:
 
     def client(self, node: str, **config: Any) -> Client:
         """A real :class:`ledgerstore.aio.Client` for the process ``node`` (not yet started)."""
+        # the cheapest password check: its cost is CPU time outside the simulation, and a seed
+        # creates and opens hundreds of ledgers from fresh clients (at the default cost the
+        # key derivation took more than half of a run's wall time)
+        config = {"password_check_cost": 2**10, **config}
         cfg = ClientConfig(metadata=f"sim://{node}", placement="random",
                            placement_options={"seed": self.rng_for(f"{node}.placement").getrandbits(32)}, **config)
         c = Client(config=cfg, metadata_store=SimMetadataStore(self.meta, node),
