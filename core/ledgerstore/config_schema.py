@@ -156,6 +156,12 @@ class BookieConfig:
     max_unfinished_frame_bytes: int = 256 * 1024 * 1024
     #: a connection whose unfinished frame is older than this many seconds is closed
     unfinished_frame_timeout_s: float = 30.0
+    #: client connections open at once; one accepted past it is closed at once (one log line per
+    #: thousand refused, with the count; refused_connections in the transport metrics)
+    max_connections: int = 10_000
+    #: a connection that sends and receives nothing for this many seconds is closed (clients
+    #: reconnect on their next request)
+    idle_connection_timeout_s: float = 600.0
     #: adds one connection may have waiting for the journal; more are answered TOO_MANY_REQUESTS
     #: (clients back off and resend), so one writer cannot make the bookie queue without bound
     max_adds_in_flight_per_connection: int = 200_000
@@ -257,6 +263,10 @@ class BookieConfig:
                             f"'max_frame_size' ({self.max_frame_size}), or no frame of the largest size could arrive")
         if self.unfinished_frame_timeout_s <= 0:
             problems.append("'unfinished_frame_timeout_s' must be positive")
+        if self.max_connections < 1:
+            problems.append("'max_connections' must be at least 1")
+        if self.idle_connection_timeout_s <= 0:
+            problems.append("'idle_connection_timeout_s' must be positive")
         for name in ("max_adds_in_flight_per_connection", "max_long_poll_waiters",
                      "max_long_poll_waiters_per_connection", "max_requests_awaiting_metadata"):
             if getattr(self, name) < 1:

@@ -19,6 +19,13 @@ whose unfinished frame is the oldest is closed (``shed_unfinished_frames``), so 
 on half a frame are shed before a writer whose frames are merely arriving. A connection whose
 unfinished frame is older than ``unfinished_frame_timeout_s`` is closed
 (``unfinished_frame_timeouts``). Both are counted in ``Server.stats()`` and logged.
+
+Connections themselves are bounded. An accepted connection costs no read buffer until it sends
+(see :class:`FrameDecoder`); past ``max_connections`` open at once a new one is closed as soon as
+it is accepted (``refused_connections``), and a connection that neither sent nor received a byte
+for ``idle_connection_timeout_s`` is closed (``idle_connections_closed``). Every log line about a
+shed or refused peer is rate-limited (the first, then one per thousand, with the count so far), so
+a flood of bad peers cannot flood the log.
 """
 
 from __future__ import annotations
@@ -43,6 +50,11 @@ DEFAULT_HIGH_WATER = 8 * 1024 * 1024
 #: defaults of the unfinished-frame bounds (the bookie passes its configured values)
 DEFAULT_MAX_UNFINISHED_FRAME_BYTES = 256 * 1024 * 1024
 DEFAULT_UNFINISHED_FRAME_TIMEOUT_S = 30.0
+#: defaults of the connection bounds (the bookie passes its configured values)
+DEFAULT_MAX_CONNECTIONS = 10_000
+DEFAULT_IDLE_CONNECTION_TIMEOUT_S = 600.0
+#: log the first occurrence of a peer-caused event, then one in this many (with the count)
+_LOG_EVERY = 1000
 #: a flush of at most this many pieces (length prefixes and frames) is one vectored write of them
 #: as they are; more, and they are joined first (small answers, where a copy is cheaper)
 _WRITEV_PARTS = 32
@@ -56,26 +68,39 @@ class FrameDecoder:
     returns the frames completed. :meth:`feed` takes bytes that were read elsewhere. Either way each
     frame is copied once, out of the buffer into its own ``bytes``.
 
-    The buffer starts at ``chunk`` bytes. It grows only for a frame larger than that, doubling as
-    the frame's bytes arrive (never past the frame, so never past ``max_frame_size`` + 4), and
-    shrinks back once the peer sends small frames again or the connection closes. Completed
-    frames free their room at once; an unfinished frame that cannot end where it begins is moved
-    to the front as soon as its length prefix is read, while little of it has arrived."""
+    The buffer costs nothing until the first bytes arrive; it then starts at ``initial`` bytes
+    and grows with what arrives: doubling, up to ``chunk``, after each read that filled it (a
+    peer streaming small frames), and past ``chunk`` only for a frame larger than that, doubling
+    as the frame's bytes arrive (never past the frame, so never past ``max_frame_size`` + 4). It
+    shrinks back to ``initial`` once a read finds it mostly empty, or the connection closes: an
+    idle or quiet connection holds ``initial`` bytes at most, whatever it once received.
+    Completed frames free their room at once; an unfinished frame that cannot end where it begins
+    is moved to the front as soon as its length prefix is read, while little of it has arrived."""
 
-    __slots__ = ("_buf", "_view", "_start", "_end", "_chunk", "max_frame_size")
+    __slots__ = ("_buf", "_view", "_start", "_end", "_initial", "_chunk", "_filled", "max_frame_size")
 
-    def __init__(self, max_frame_size: int, chunk: int = 256 * 1024) -> None:
+    def __init__(self, max_frame_size: int, chunk: int = 256 * 1024, initial: int = 512) -> None:
         self.max_frame_size = max_frame_size
         self._chunk = chunk
-        self._buf = bytearray(chunk)
+        self._initial = min(initial, chunk)
+        self._buf = bytearray()  # allocated by the first get_buffer: a silent peer costs nothing
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
+        #: the last read filled the buffer: the peer sends more than it holds
+        self._filled = False
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next bytes go (``asyncio.BufferedProtocol.get_buffer``)."""
-        start, end = self._start, self._end
         size = len(self._buf)
+        if not size:
+            self._replace(self._initial)
+            size = self._initial
+        elif self._filled and size < self._chunk:
+            self._replace(min(2 * size, self._chunk))
+            size = len(self._buf)
+        self._filled = False
+        start, end = self._start, self._end
         held = end - start
         if held >= 4:
             total = _LEN.unpack_from(self._buf, start)[0] + 4
@@ -87,7 +112,7 @@ class FrameDecoder:
             elif total > size and end == size:
                 # a frame larger than the buffer: room doubles as its bytes arrive, up to its size
                 self._replace(min(total, 2 * size))
-        elif size - end < 4096:
+        elif size - end < min(4096, size // 2):
             self._buf[:held] = bytes(self._view[start:end])
             self._start, self._end = 0, held
         return self._view[self._end:]
@@ -97,7 +122,8 @@ class FrameDecoder:
         Raises FrameTooLargeError on an oversized length prefix (the stream cannot be
         resynchronised after that)."""
         self._end += nbytes
-        return self._frames()
+        self._filled = self._end == len(self._buf)
+        return self._frames(nbytes)
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes read elsewhere; return every complete frame (see :meth:`buffer_updated`)."""
@@ -112,7 +138,7 @@ class FrameDecoder:
             frames += self.buffer_updated(take)
         return frames
 
-    def _frames(self) -> list[bytes]:
+    def _frames(self, nbytes: int) -> list[bytes]:
         buf, view = self._buf, self._view
         pos, n = self._start, self._end
         limit = self.max_frame_size
@@ -130,7 +156,11 @@ class FrameDecoder:
             pos = end
         if pos == n:  # nothing unfinished: the whole buffer is free again
             self._start = self._end = 0
-            if len(buf) > self._chunk and size + 4 <= self._chunk:
+            capacity = len(buf)
+            if capacity > self._initial and 4 * nbytes < capacity:
+                # the peer is quiet again (this read used little of the room): give it back
+                self._replace(self._initial)
+            elif capacity > self._chunk and size + 4 <= self._chunk:
                 # the peer is back to small frames: give the large ones' room back
                 self._replace(self._chunk)
         else:
@@ -150,10 +180,16 @@ class FrameDecoder:
         return self._end - self._start
 
     def clear(self) -> None:
-        """Forget the unfinished frame (the connection is being closed)."""
+        """Forget the unfinished frame and give the buffer back (the connection is being closed)."""
         self._start = self._end = 0
-        if len(self._buf) > self._chunk:
-            self._replace(self._chunk)
+        self._filled = False
+        self._buf = bytearray()
+        self._view = memoryview(self._buf)
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of buffer held now (tests and statistics)."""
+        return len(self._buf)
 
 
 class _Writer:
@@ -296,15 +332,26 @@ class _ServerConn(asyncio.BufferedProtocol):
         self.writer = _Writer(server.loop, server.max_frame_size)
         self.peer = "?"
         self._lost = False
+        #: closed on accept (over max_connections): the handler never hears of it
+        self._refused = False
+        #: a byte was received or sent since the last idle sweep
+        self.active = True
+        #: loop time of the idle sweep that first found it inactive
+        self.quiet_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport, though uvloop's are not asyncio.Transport subclasses: typed as one
         stream = cast(asyncio.Transport, transport)
         self.transport = stream
-        self.writer.transport = stream
-        stream.set_write_buffer_limits(high=self.server.high_water)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if len(self.server.conns) >= self.server.max_connections:
+            self._refused = True
+            self.server.refuse(self)
+            stream.abort()
+            return
+        self.writer.transport = stream
+        stream.set_write_buffer_limits(high=self.server.high_water)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -317,13 +364,15 @@ class _ServerConn(asyncio.BufferedProtocol):
         return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.active = True
         decoder = self.decoder
         before = decoder.buffered
         try:
             frames = decoder.buffer_updated(nbytes)
         except FrameTooLargeError as exc:
-            self.server.counters["oversized_frames"] += 1
-            log.warning("peer %s: %s; disconnecting it", self.peer, exc)
+            n = self.server.counters["oversized_frames"] = self.server.counters["oversized_frames"] + 1
+            if n % _LOG_EVERY == 1:
+                log.warning("peer %s: %s; disconnecting it (%d oversized frames so far)", self.peer, exc, n)
             self.close()
             return
         after = decoder.buffered
@@ -340,6 +389,7 @@ class _ServerConn(asyncio.BufferedProtocol):
     def send(self, frame: bytes) -> None:
         if self._lost:
             return
+        self.active = True
         try:
             self.writer.queue(frame)
         except FrameTooLargeError:
@@ -372,6 +422,9 @@ class _ServerConn(asyncio.BufferedProtocol):
         self._lost = True
         self.server.conns.discard(self)
         self.server.forget_unfinished(self)
+        self.decoder.clear()
+        if self._refused:
+            return
         try:
             self.server.handler.connection_lost(self)
         except Exception:
@@ -381,7 +434,9 @@ class _ServerConn(asyncio.BufferedProtocol):
 class TcpServer(Server):
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: FrameHandler, max_frame_size: int,
                  high_water: int, scheme: str, max_unfinished_frame_bytes: int = DEFAULT_MAX_UNFINISHED_FRAME_BYTES,
-                 unfinished_frame_timeout_s: float = DEFAULT_UNFINISHED_FRAME_TIMEOUT_S) -> None:
+                 unfinished_frame_timeout_s: float = DEFAULT_UNFINISHED_FRAME_TIMEOUT_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 idle_connection_timeout_s: float = DEFAULT_IDLE_CONNECTION_TIMEOUT_S) -> None:
         self.loop = loop
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -389,7 +444,8 @@ class TcpServer(Server):
         self.scheme = scheme
         self.conns: set[_ServerConn] = set()
         self.counters = {"oversized_frames": 0, "handler_errors": 0, "paused_slow_readers": 0,
-                         "shed_unfinished_frames": 0, "unfinished_frame_timeouts": 0}
+                         "shed_unfinished_frames": 0, "unfinished_frame_timeouts": 0,
+                         "refused_connections": 0, "idle_connections_closed": 0}
         self._server: asyncio.AbstractServer | None = None
         self._address = ""
         self.max_unfinished_frame_bytes = max_unfinished_frame_bytes
@@ -399,6 +455,42 @@ class TcpServer(Server):
         #: connections holding an unfinished frame → when that frame began, oldest first
         self._unfinished: OrderedDict[_ServerConn, float] = OrderedDict()
         self._sweep: asyncio.TimerHandle | None = None
+        self.max_connections = max_connections
+        self.idle_connection_timeout_s = idle_connection_timeout_s
+        self._idle_sweep: asyncio.TimerHandle | None = None
+
+    # --- connection bounds ------------------------------------------------------------------------
+
+    def refuse(self, conn: _ServerConn) -> None:
+        """``conn`` was accepted past ``max_connections``: count and (rate-limited) log it."""
+        n = self.counters["refused_connections"] = self.counters["refused_connections"] + 1
+        if n % _LOG_EVERY == 1:
+            log.warning("refused connection from %s: %d connections are open, max_connections is %d "
+                        "(%d refused so far)", conn.peer, len(self.conns), self.max_connections, n)
+
+    def start_idle_sweeps(self) -> None:
+        """Close idle connections from now on (called once listening)."""
+        self._idle_sweep = self.loop.call_later(self.idle_connection_timeout_s / 2, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close connections that neither sent nor received a byte for the idle timeout: each
+        sweep (every half timeout) marks the connections that were quiet since the last one and
+        closes those a whole timeout after they were marked, so one goes between 1 and 1.5
+        timeouts after its last byte."""
+        now = self.loop.time()
+        limit = self.idle_connection_timeout_s
+        for conn in list(self.conns):
+            if conn.active:
+                conn.active = False
+                conn.quiet_since = now
+            elif now - conn.quiet_since >= limit - 1e-6:
+                n = self.counters["idle_connections_closed"] = self.counters["idle_connections_closed"] + 1
+                if n % _LOG_EVERY == 1:
+                    log.warning("closed connection from %s: nothing sent or received for %.0fs "
+                                "(idle_connection_timeout_s); %d idle connections closed so far", conn.peer, limit, n)
+                conn.close()
+        if self._server is not None:
+            self.start_idle_sweeps()
 
     # --- unfinished frames ------------------------------------------------------------------------
 
@@ -436,7 +528,7 @@ class TcpServer(Server):
             conn, since = next(iter(self._unfinished.items()))
             n = self._close_unfinished(conn)
             shed = self.counters["shed_unfinished_frames"] = self.counters["shed_unfinished_frames"] + 1
-            if shed % 100 == 1:
+            if shed % _LOG_EVERY == 1:
                 log.warning("closed peer %s holding %d bytes of a frame begun %.1fs ago: unfinished frames across "
                             "connections passed max_unfinished_frame_bytes (%d); %d connections shed so far",
                             conn.peer, n, now - since, self.max_unfinished_frame_bytes, shed)
@@ -455,7 +547,7 @@ class TcpServer(Server):
                 break
             n = self._close_unfinished(conn)
             expired = self.counters["unfinished_frame_timeouts"] = self.counters["unfinished_frame_timeouts"] + 1
-            if expired % 100 == 1:
+            if expired % _LOG_EVERY == 1:
                 log.warning("closed peer %s: it held %d bytes of an unfinished frame for more than %.1fs "
                             "(unfinished_frame_timeout_s); %d such connections so far",
                             conn.peer, n, self.unfinished_frame_timeout_s, expired)
@@ -470,9 +562,10 @@ class TcpServer(Server):
         if self._server is None:
             return
         srv, self._server = self._server, None
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
+        for handle in (self._sweep, self._idle_sweep):
+            if handle is not None:
+                handle.cancel()
+        self._sweep = self._idle_sweep = None
         srv.close()
         for c in list(self.conns):
             c.close()
@@ -486,7 +579,8 @@ class TcpServer(Server):
 class TcpTransport(Transport):
     """Plain TCP. Options: ``high_water`` (bytes of unsent answers per peer before the bookie
     stops reading that peer), ``connect_timeout`` (seconds), and on the server side
-    ``max_unfinished_frame_bytes`` and ``unfinished_frame_timeout_s`` (see the module docstring)."""
+    ``max_unfinished_frame_bytes``, ``unfinished_frame_timeout_s``, ``max_connections`` and
+    ``idle_connection_timeout_s`` (see the module docstring)."""
 
     schemes = ("tcp",)
 
@@ -501,6 +595,10 @@ class TcpTransport(Transport):
                                                  "frames a server buffers across all connections", minimum=1)
         unfinished_frame_timeout_s: float = option(DEFAULT_UNFINISHED_FRAME_TIMEOUT_S, "seconds a connection "
                                                    "may take to finish a frame", minimum=0.001)
+        max_connections: int = option(DEFAULT_MAX_CONNECTIONS, "connections a server keeps open at once; "
+                                      "more are closed as they are accepted", minimum=1)
+        idle_connection_timeout_s: float = option(DEFAULT_IDLE_CONNECTION_TIMEOUT_S, "seconds a server keeps "
+                                                  "a connection that sends and receives nothing", minimum=0.001)
 
     def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
         super().__init__(max_frame_size=max_frame_size, **options)
@@ -510,6 +608,9 @@ class TcpTransport(Transport):
                                                           DEFAULT_MAX_UNFINISHED_FRAME_BYTES))
         self.unfinished_frame_timeout_s = float(options.get("unfinished_frame_timeout_s",
                                                             DEFAULT_UNFINISHED_FRAME_TIMEOUT_S))
+        self.max_connections = int(options.get("max_connections", DEFAULT_MAX_CONNECTIONS))
+        self.idle_connection_timeout_s = float(options.get("idle_connection_timeout_s",
+                                                           DEFAULT_IDLE_CONNECTION_TIMEOUT_S))
 
     def _ssl_server(self) -> Any:
         return None
@@ -545,10 +646,12 @@ class TcpTransport(Transport):
         scheme, host, port = split_address(address)
         loop = asyncio.get_running_loop()
         server = TcpServer(loop, handler, self.max_frame_size, self.high_water, scheme,
-                           self.max_unfinished_frame_bytes, self.unfinished_frame_timeout_s)
+                           self.max_unfinished_frame_bytes, self.unfinished_frame_timeout_s,
+                           self.max_connections, self.idle_connection_timeout_s)
         server._server = await loop.create_server(
             lambda: _ServerConn(server), host, port, reuse_address=True, ssl=self._ssl_server(), backlog=1024
         )
+        server.start_idle_sweeps()
         sock_port = server._server.sockets[0].getsockname()[1]
         server._address = f"{scheme}://{host}:{sock_port}"
         return server

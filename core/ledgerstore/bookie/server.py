@@ -184,6 +184,8 @@ class Bookie:
             **cfg.transport,
             "max_unfinished_frame_bytes": cfg.max_unfinished_frame_bytes,
             "unfinished_frame_timeout_s": cfg.unfinished_frame_timeout_s,
+            "max_connections": cfg.max_connections,
+            "idle_connection_timeout_s": cfg.idle_connection_timeout_s,
         })
         try:
             self.server = await transport.serve(cfg.listen, self)
