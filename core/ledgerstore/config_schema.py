@@ -6,7 +6,10 @@ depending on that loading."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+from ledgerstore.api.options import MAX_DURATION_S
 
 #: bounds of ``max_frame_size``: a frame must hold any request's header and a small entry, and
 #: its length must fit the 4-byte length prefix with room to spare
@@ -273,6 +276,7 @@ class BookieConfig:
                 problems.append(f"'{name}' must be at least 1")
         problems.extend(self.autorecovery.validate())
         problems.extend(self.http.validate())
+        problems.extend(duration_problems(self))
         return problems
 
 
@@ -361,7 +365,28 @@ class ClientConfig:
         cost = self.password_check_cost
         if not (low <= cost <= high and cost & (cost - 1) == 0):
             problems.append(f"'password_check_cost' = {cost} must be a power of two from {low} to {high}")
+        problems.extend(duration_problems(self))
         return problems
+
+
+def duration_problems(config: Any, prefix: str = "") -> list[str]:
+    """One line for each duration of ``config`` (a config dataclass, nested ones included) that is
+    not a finite number or is longer than :data:`~ledgerstore.api.options.MAX_DURATION_S`. A
+    duration is a number field named ``*_ms`` or ``*_s`` (rates, ``*_per_s``, are not)."""
+    problems = []
+    for field in dataclasses.fields(config):
+        name, value = field.name, getattr(config, field.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            problems.extend(duration_problems(value, f"{prefix}{name}."))
+            continue
+        if not name.endswith(("_ms", "_s")) or name.endswith("_per_s"):
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        unit, limit = ("ms", MAX_DURATION_S * 1000) if name.endswith("_ms") else ("s", MAX_DURATION_S)
+        if not math.isfinite(value) or value > limit:
+            problems.append(f"'{prefix}{name}' = {value} is too long: at most {limit:.0f} {unit} (366 days)")
+    return problems
 
 
 MAX_PORT = 65535

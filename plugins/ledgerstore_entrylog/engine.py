@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import StorageEngine, StorageStats, option
+from ledgerstore.api import MAX_DURATION_S, StorageEngine, StorageStats, option
 from ledgerstore.errors import ConfigError
 from ledgerstore_entrylog.format import INDEX_HEADER_SIZE
 from ledgerstore_entrylog.parts import EngineParts
@@ -74,7 +74,8 @@ class EntryLogStorage(StorageEngine):
         major_compaction_threshold: float = option(0.8, "live fraction below which a major compaction "
                                                    "rewrites a log", minimum=0, maximum=1)
         flush_interval: float = option(0.0, "seconds between background flushes (0: only when the bookie "
-                                       "flushes)", minimum=0)
+                                       "flushes)", minimum=0,
+                                       maximum=MAX_DURATION_S)
         flush_entrylog_bytes: int = option(_FLUSH_ENTRYLOG_BYTES, "fdatasync an entry log each time this many "
                                            "bytes were written to it (0: only at checkpoints)", minimum=0)
 

@@ -34,6 +34,7 @@ import grpc
 from aetcd import rpc
 
 from ledgerstore.api import (
+    MAX_DURATION_S,
     NOT_EXISTS,
     EventType,
     MetadataStore,
@@ -133,15 +134,15 @@ class EtcdMetadataStore(MetadataStore):
         """The ``metadata_options`` table of an ``etcd://`` metadata store."""
 
         session_timeout: float | None = option(None, "the name every metadata backend understands for lease_ttl",
-                                             minimum=2)
+                                             minimum=2, maximum=MAX_DURATION_S)
         lease_ttl: int | None = option(None, "seconds ephemeral keys outlive a dead process (the lease TTL; "
-                                       "default session_timeout, else 10)", minimum=2)
+                                       "default session_timeout, else 10)", minimum=2, maximum=MAX_DURATION_S)
         user: str | None = option(None, "etcd user (with password)")
         password: str | None = option(None, "etcd password (with user)")
         ca_file: str | None = option(None, "CA bundle of the servers' certificates; switches the channel to TLS")
         cert_file: str | None = option(None, "client certificate (with key_file and ca_file)")
         key_file: str | None = option(None, "client certificate's private key")
-        operation_timeout: float = option(30.0, "deadline of every request, in seconds", minimum=0.001)
+        operation_timeout: float = option(30.0, "deadline of every request, in seconds", minimum=0.001, maximum=MAX_DURATION_S)
 
         def __post_init__(self) -> None:
             if (self.user is None) != (self.password is None):

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ledgerstore.api import (
+    MAX_DURATION_S,
     NOT_EXISTS,
     EventType,
     MetadataStore,
@@ -151,12 +152,12 @@ class SqliteMetadataStore(MetadataStore):
         """The ``metadata_options`` table of a ``sqlite://`` metadata store."""
 
         session_timeout: float | None = option(None, "the name every metadata backend understands for "
-                                               "session_ttl", minimum=0.001)
+                                               "session_ttl", minimum=0.001, maximum=MAX_DURATION_S)
         session_ttl: float | None = option(None, "seconds ephemeral keys of a killed process outlive it "
-                                           "(default session_timeout, else 10)", minimum=0.001)
+                                           "(default session_timeout, else 10)", minimum=0.001, maximum=MAX_DURATION_S)
         poll_interval: float = option(0.05, "seconds between polls of the change table while watches exist",
-                                      minimum=0.001)
-        busy_timeout: float = option(30.0, "seconds to wait for another process's write lock", minimum=0.001)
+                                      minimum=0.001, maximum=MAX_DURATION_S)
+        busy_timeout: float = option(30.0, "seconds to wait for another process's write lock", minimum=0.001, maximum=MAX_DURATION_S)
         synchronous: str = option("full", "sqlite's synchronous mode", choices=("full", "normal"))
         server: str = option("auto", "reach the database through its metadata server: 'auto' when one runs, "
                              "'require' (fail without one) or 'never' (open the file)", choices=SERVER_MODES)

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ledgerstore.api import Connection, FrameHandler, Server, Transport, option, split_address
+from ledgerstore.api import MAX_DURATION_S, Connection, FrameHandler, Server, Transport, option, split_address
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 
 __all__ = ["TcpTransport", "FrameDecoder"]
@@ -590,15 +590,15 @@ class TcpTransport(Transport):
 
         high_water: int = option(DEFAULT_HIGH_WATER, "bytes of unsent frames per connection before "
                                  "the sender waits (the bookie stops reading that peer)", minimum=1)
-        connect_timeout: float = option(5.0, "seconds a client waits to connect", minimum=0.001)
+        connect_timeout: float = option(5.0, "seconds a client waits to connect", minimum=0.001, maximum=MAX_DURATION_S)
         max_unfinished_frame_bytes: int = option(DEFAULT_MAX_UNFINISHED_FRAME_BYTES, "bytes of unfinished "
                                                  "frames a server buffers across all connections", minimum=1)
         unfinished_frame_timeout_s: float = option(DEFAULT_UNFINISHED_FRAME_TIMEOUT_S, "seconds a connection "
-                                                   "may take to finish a frame", minimum=0.001)
+                                                   "may take to finish a frame", minimum=0.001, maximum=MAX_DURATION_S)
         max_connections: int = option(DEFAULT_MAX_CONNECTIONS, "connections a server keeps open at once; "
                                       "more are closed as they are accepted", minimum=1)
         idle_connection_timeout_s: float = option(DEFAULT_IDLE_CONNECTION_TIMEOUT_S, "seconds a server keeps "
-                                                  "a connection that sends and receives nothing", minimum=0.001)
+                                                  "a connection that sends and receives nothing", minimum=0.001, maximum=MAX_DURATION_S)
 
     def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
         super().__init__(max_frame_size=max_frame_size, **options)

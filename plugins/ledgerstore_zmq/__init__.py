@@ -35,7 +35,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ledgerstore.api import Connection, FrameHandler, Server, Transport, option, split_address
+from ledgerstore.api import MAX_DURATION_S, Connection, FrameHandler, Server, Transport, option, split_address
 from ledgerstore.errors import BookieUnavailableError, ConfigError
 
 from .client import _CLIENT_EVENTS, ZmqConnection
@@ -66,10 +66,10 @@ class ZmqTransport(Transport):
         rcvhwm: int = option(DEFAULT_HWM, "libzmq receive high-water mark, in messages per peer", minimum=0)
         high_water: int = option(DEFAULT_HIGH_WATER, "bytes a client connection queues before drain waits",
                                  minimum=1)
-        connect_timeout: float = option(5.0, "seconds connect waits for the handshake", minimum=0.001)
-        heartbeat_interval: float = option(2.0, "seconds between ZMTP pings (0 turns them off)", minimum=0)
+        connect_timeout: float = option(5.0, "seconds connect waits for the handshake", minimum=0.001, maximum=MAX_DURATION_S)
+        heartbeat_interval: float = option(2.0, "seconds between ZMTP pings (0 turns them off)", minimum=0, maximum=MAX_DURATION_S)
         peer_check_interval: float = option(2.0, "seconds between the server's checks for vanished peers",
-                                            minimum=0.001)
+                                            minimum=0.001, maximum=MAX_DURATION_S)
         curve_server_secret_key: str | None = option(None, "server: Z85 secret key or key file; turns CURVE on")
         curve_server_public_key: str | None = option(None, "the server's Z85 public key or key file")
         curve_allowed_clients: str | list[str] | None = option(

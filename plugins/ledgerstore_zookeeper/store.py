@@ -30,6 +30,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.security import make_digest_acl
 
 from ledgerstore.api import (
+    MAX_DURATION_S,
     NOT_EXISTS,
     EventType,
     MetadataStore,
@@ -122,10 +123,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         """The ``metadata_options`` table of a ``zk://`` metadata store."""
 
         session_timeout: float = option(10.0, "seconds ephemeral keys outlive a dead process "
-                                        "(the server clamps it to [2, 20] ticks)", minimum=0.1)
+                                        "(the server clamps it to [2, 20] ticks)", minimum=0.1, maximum=MAX_DURATION_S)
         auth: str | None = option(None, "'user:password' for digest authentication and ACLs")
-        connect_timeout: float = option(15.0, "seconds start() waits for the first session", minimum=0.001)
-        operation_timeout: float = option(30.0, "seconds any single request may take", minimum=0.001)
+        connect_timeout: float = option(15.0, "seconds start() waits for the first session", minimum=0.001, maximum=MAX_DURATION_S)
+        operation_timeout: float = option(30.0, "seconds any single request may take", minimum=0.001, maximum=MAX_DURATION_S)
 
         def __post_init__(self) -> None:
             if self.auth is not None and ":" not in self.auth:

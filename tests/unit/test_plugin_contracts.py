@@ -144,8 +144,8 @@ def test_config_check_reports_a_bad_plugin_option_in_one_line(tmp_path: Path) ->
                     '[bookie.storage_options]\nflush_interval = -1.0\n')
     result = CliRunner().invoke(cli, ["config", "check", str(path)])
     assert result.exit_code != 0
-    assert ("storage plugin 'entrylog': option 'flush_interval' = -1.0 is out of range: must be a number >= 0"
-            in result.output)
+    assert ("storage plugin 'entrylog': option 'flush_interval' = -1.0 is out of range: must be a number between "
+            "0 and 31622400" in result.output)
 
 
 def test_a_plugin_without_options_is_not_validated_and_says_so_at_debug(caplog: pytest.LogCaptureFixture) -> None:

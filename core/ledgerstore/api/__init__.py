@@ -13,6 +13,7 @@ from ledgerstore.api.metadata import (
     Versioned,
 )
 from ledgerstore.api.options import (
+    MAX_DURATION_S,
     OptionInfo,
     check_options,
     describe_options,
@@ -54,6 +55,7 @@ __all__ = [
     "Subscription",
     "Transport",
     "Versioned",
+    "MAX_DURATION_S",
     "check_options",
     "options_for",
     "parse_options",

@@ -22,6 +22,7 @@ plugin without ``Options`` works as before: it gets its option table as keyword 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -29,12 +30,19 @@ from typing import Any
 
 from ledgerstore.errors import ConfigError
 
-__all__ = ["OptionInfo", "check_options", "describe_options", "option", "options_for", "parse_options"]
+__all__ = ["MAX_DURATION_S", "OptionInfo", "check_options", "describe_options", "option", "options_for", "parse_options"]
 
 OptionsT = typing.TypeVar("OptionsT")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+
+#: the longest duration, in seconds, any option may name (a day of slack on a year): longer is a
+#: typo, and values past it overflow timers and C-level timeouts (an interval of 10**20 ms once
+#: passed ``config check`` and started a bookie). Plugins pass it as the ``maximum`` of their
+#: duration options; core configuration checks its own with it.
+MAX_DURATION_S = 366 * 24 * 3600.0
 
 
 def option(
@@ -72,11 +80,11 @@ class OptionInfo:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         what = _type_words(self.type)
         if self.minimum is not None and self.maximum is not None:
-            return f"{what} between {self.minimum:g} and {self.maximum:g}"
+            return f"{what} between {_number(self.minimum)} and {_number(self.maximum)}"
         if self.minimum is not None:
-            return f"{what} >= {self.minimum:g}"
+            return f"{what} >= {_number(self.minimum)}"
         if self.maximum is not None:
-            return f"{what} <= {self.maximum:g}"
+            return f"{what} <= {_number(self.maximum)}"
         return what
 
 
@@ -118,7 +126,8 @@ def check_options(options_cls: type, values: Mapping[str, Any], plugin: str) -> 
         if info.choices is not None and value not in info.choices:
             problems.append(f"{plugin}: option {name!r} = {raw!r} is not {info.allowed()}")
         elif isinstance(value, int | float) and not isinstance(value, bool) and (
-                (info.minimum is not None and value < info.minimum)
+                value != value  # NaN passes every comparison below
+                or (info.minimum is not None and value < info.minimum)
                 or (info.maximum is not None and value > info.maximum)):
             problems.append(f"{plugin}: option {name!r} = {raw!r} is out of range: must be {info.allowed()}")
     return problems
@@ -154,6 +163,11 @@ def options_for(plugin: type, options: Any, values: Mapping[str, Any], label: st
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
         return parse_options(declared, values, label)
     return dict(values)
+
+
+def _number(value: float) -> str:
+    """A bound as people write it: ``0.001``, ``5``, ``31622400`` (not ``3.16224e+07``)."""
+    return f"{value:.0f}" if math.isfinite(value) and value == int(value) else f"{value:g}"
 
 
 def _type_words(tp: Any) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.api import BookieInfo, MetadataStore, PlacementPolicy, Transport
+from ledgerstore.client import arguments as args
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
 from ledgerstore.client.health import BookieHealth, HealthChecker
@@ -190,16 +191,18 @@ class Client:
     ) -> LedgerHandle:
         """Create a ledger on ``ensemble`` bookies and return its writer. ``bookies`` names the
         ensemble explicitly (bypassing the placement policy), e.g. to test one bookie."""
-        e = self.config.ensemble if ensemble is None else ensemble
-        qw = self.config.write_quorum if write_quorum is None else write_quorum
-        qa = self.config.ack_quorum if ack_quorum is None else ack_quorum
-        dt = normalize_digest_type(digest or self.config.digest)  # ours or BookKeeper's spelling
+        e = self.config.ensemble if ensemble is None else args.integer("ensemble", ensemble, 1, 1024)
+        qw = self.config.write_quorum if write_quorum is None else args.integer("write_quorum", write_quorum, 1, 1024)
+        qa = self.config.ack_quorum if ack_quorum is None else args.integer("ack_quorum", ack_quorum, 1, 1024)
+        # ours or BookKeeper's spelling
+        dt = normalize_digest_type(args.text("digest", digest, optional=True) or self.config.digest)
         if not e >= qw >= qa >= 1:
             raise InvalidArgumentError(f"need ensemble >= write_quorum >= ack_quorum >= 1, got {e}/{qw}/{qa}")
         if dt not in DIGEST_TYPES:
             raise InvalidArgumentError(f"unknown digest {dt!r}; choose one of {', '.join(DIGEST_TYPES)}")
-        if not isinstance(password, bytes):
-            raise InvalidArgumentError("password must be bytes")
+        args.password(password)
+        custom = args.string_map("custom_metadata", custom_metadata)
+        bookies = args.string_list("bookies", bookies)
         if bookies is not None:
             if len(bookies) != e or len(set(bookies)) != e:
                 raise InvalidArgumentError(f"bookies must name {e} distinct bookies, got {bookies}")
@@ -210,7 +213,7 @@ class Client:
         lid = await self.ledgers.new_ledger_id()
         md = LedgerMetadata(
             ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa, digest_type=dt,
-            password_check=await self.password_checks.make(password), ensembles=[(0, chosen)], custom=dict(custom_metadata or {}),
+            password_check=await self.password_checks.make(password), ensembles=[(0, chosen)], custom=custom,
             password=base64.b64encode(password).decode() if self.config.store_password_in_metadata else None,
         )
         md = await self.ledgers.create(md)
@@ -222,6 +225,9 @@ class Client:
         """Open a ledger for reading. With ``recovery`` (the default) an open ledger is fenced,
         its tail recovered and it is closed; without, nothing is changed and reads go up to the
         LAC the bookies report."""
+        args.ledger_id(ledger_id)
+        args.password(password)
+        args.flag("recovery", recovery)
         md = await self.password_checks.verify(await self.ledgers.read(ledger_id), password)
         if recovery and not md.is_closed:
             md = await recover(self, md, password)
@@ -233,14 +239,15 @@ class Client:
     @timed(CLIENT_METRICS.delete_seconds)
     async def delete_ledger(self, ledger_id: int) -> None:
         """Delete a ledger's metadata; bookies reclaim its space by garbage collection."""
-        await self.ledgers.delete(ledger_id)
+        await self.ledgers.delete(args.ledger_id(ledger_id))
         notify("ledgerstore_ledger_deleted", ledger_id=ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         return [lid async for lid in self.ledgers.list()]
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        return await self.ledgers.read(ledger_id)
+        """The metadata of ledger ``ledger_id`` (NoSuchLedgerError if there is none)."""
+        return await self.ledgers.read(args.ledger_id(ledger_id))
 
     async def instance_id(self) -> str | None:
         assert self.store is not None, "the client is not started"
@@ -267,6 +274,11 @@ class Client:
         after ``roll_size_bytes`` of payload or ``roll_interval_s`` seconds (checked on append).
         LogError if the log does not exist and ``create`` is false, or if the list kept changing
         under this writer."""
+        args.text("name", name)
+        args.password(password)
+        args.flag("create", create)
+        args.optional_integer("roll_size_bytes", roll_size_bytes, 1)
+        args.positive_number("roll_interval_s", roll_interval_s, optional=True)
         settings = LedgerSettings(ensemble, write_quorum, ack_quorum, digest, password)
         return await open_log_writer(self, name, settings, roll_size_bytes=roll_size_bytes,
                                      roll_interval_s=roll_interval_s, create=create)
@@ -283,6 +295,11 @@ class Client:
     ) -> LogReader:
         """Read log ``name`` from ``start`` (``"earliest"``, ``"latest"`` or a position) without
         fencing anything. ``follow`` makes ``async for`` wait for new entries (see ``tail()``)."""
+        args.text("name", name)
+        args.password(password)
+        args.flag("follow", follow)
+        args.positive_number("poll_interval_s", poll_interval_s)
+        args.integer("batch_size", batch_size, 1, 1_000_000)
         return await open_log_reader(self, name, start, password, follow=follow,
                                      poll_interval_s=poll_interval_s, batch_size=batch_size)
 
@@ -292,10 +309,13 @@ class Client:
 
     async def delete_log(self, name: str, password: bytes = b"") -> None:
         """Delete a log and all its ledgers; a writer still leading it is fenced first."""
+        args.text("name", name)
+        args.password(password)
         await fence_and_delete_log(self, name, password)
 
     async def truncate_log(self, name: str, before: Position | tuple[int, int] | str) -> list[int]:
         """Delete the whole ledgers of log ``name`` lying entirely before ``before``; returns their ids."""
+        args.text("name", name)
         return await truncate_log(self, name, before)
 
 __all__ = ["Client", "LedgerHandle", "ReadHandle", "LedgerStoreError"]
