@@ -68,7 +68,9 @@ def free_ports(n: int) -> list[int]:
 
 
 class LocalCluster:
-    """Start, kill, restart and stop bookie processes sharing one metadata store."""
+    """Start, kill, restart and stop bookie processes sharing one metadata store. With sqlite
+    metadata (the default) a metadata server process owns the file and every bookie and client
+    reaches it through that server; ``metadata_server=False`` asks for direct mode."""
 
     def __init__(
         self,
@@ -81,7 +83,7 @@ class LocalCluster:
         metadata: str | None = None,
         env: dict[str, str] | None = None,
         supervise: bool = False,
-        metadata_server: bool = False,
+        metadata_server: bool | None = None,
     ) -> None:
         if bookies < 1:
             raise ConfigError(f"a cluster needs at least one bookie, not {bookies}")
@@ -101,9 +103,10 @@ class LocalCluster:
         self.extra = extra_bookie_config
         self.metadata = metadata or f"sqlite://{self.data_dir / 'metadata.db'}"
         self.env = env
-        #: run the sqlite file's metadata server (``ledgerstore standalone`` always does), so no
-        #: bookie or client holds the database's write lock
-        self.metadata_server = metadata_server
+        #: run the sqlite file's metadata server, so no bookie or client holds the database's
+        #: write lock (a paused process holding it would stall every other). The default for
+        #: sqlite metadata; ``False`` asks for direct mode (every process opens the file)
+        self.metadata_server = self.metadata.startswith("sqlite://") if metadata_server is None else metadata_server
         if metadata_server and not self.metadata.startswith("sqlite://"):
             raise ConfigError(f"a metadata server serves sqlite:// metadata only, not {self.metadata}")
         self.server_proc: subprocess.Popen[bytes] | None = None
@@ -155,9 +158,8 @@ class LocalCluster:
                 'ledger_dirs = ["ledgers"]\n'
                 f'storage = "{self.storage}"\n'
                 + ("" if "flush_interval_ms" in self.extra else "flush_interval_ms = 10000\n")
-                # with the cluster's own metadata server, a bookie never falls back to opening the file
-                + ('metadata_options = { server = "require" }\n'
-                   if self.metadata_server and "metadata_options" not in self.extra else "")
+                # a sqlite bookie requires the metadata server by default (tools reading this file
+                # while the cluster is stopped open the database directly)
                 + self.extra
             )
 
@@ -180,9 +182,16 @@ class LocalCluster:
             stop_process(proc, sig, timeout)
 
     def start_bookie(self, i: int) -> subprocess.Popen[bytes]:
+        """Start bookie ``i`` (and the metadata server first, when the cluster runs one and it is
+        not running: its bookies require it)."""
+        if self.metadata_server and (self.server_proc is None or self.server_proc.poll() is not None):
+            self.start_metadata_server()
         self._log_offsets[i] = self.log_path(i).stat().st_size if self.log_path(i).exists() else 0
         log = open(self.log_path(i), "ab")
         env = dict(os.environ, **(self.env or {}), **self.bookie_env.get(i, {}))
+        if not self.metadata_server and self.metadata.startswith("sqlite://"):
+            # direct mode was asked for: bookies open the file themselves (they require a server otherwise)
+            env.setdefault("LEDGERSTORE_BOOKIE_METADATA_OPTIONS__SERVER", "never")
         if self.supervise:
             env[SUPERVISOR_PID_ENV] = str(os.getpid())
         proc = subprocess.Popen(
@@ -202,7 +211,7 @@ class LocalCluster:
             check_port_free(f"bookie {i}", "127.0.0.1", self.ports[i])
         self.write_configs()
         if self.metadata_server and (self.server_proc is None or self.server_proc.poll() is not None):
-            self.start_metadata_server()
+            self.start_metadata_server()  # before init_cluster: nothing opens the file directly
         self.init_cluster()
         for i in range(self.n):
             self.start_bookie(i)

@@ -184,8 +184,9 @@ class BookieConfig:
     #: pointed at a mistyped metadata URI fails instead of founding a cluster of its own
     auto_init_cluster: bool = False
     #: at start, retry a metadata store that fails (restarting, sqlite's "database is locked")
-    #: with backoff for this many seconds before giving up; 0 = fail at the first error
-    metadata_start_retry_s: float = 30.0
+    #: with backoff for this many seconds before giving up; 0 = fail at the first error. With
+    #: sqlite it must outlast its busy_timeout (30 s by default), or a locked file gets one try
+    metadata_start_retry_s: float = 90.0
     #: turn read-only past this fraction of disk used, writable again below the low-water mark
     disk_usage_threshold: float = 0.95
     #: writable again once disk usage falls below this fraction
@@ -250,6 +251,11 @@ class BookieConfig:
             problems.append("'journal.max_backups' must be >= 0")
         if self.metadata_start_retry_s < 0:
             problems.append("'metadata_start_retry_s' must be >= 0 (0 = no retry)")
+        elif self.metadata.startswith("sqlite://") and self.metadata_start_retry_s:
+            busy = self.metadata_options.get("busy_timeout", 30.0)
+            if isinstance(busy, int | float) and self.metadata_start_retry_s <= busy:
+                problems.append(f"'metadata_start_retry_s' = {self.metadata_start_retry_s} must be longer than the "
+                                f"sqlite busy_timeout ({busy}), or a locked database gets a single try")
         if not self.ledger_dirs:
             problems.append("'ledger_dirs' must name at least one directory")
         if not 0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1:

@@ -229,7 +229,8 @@ class SqliteMetadataStore(MetadataStore):
             if self.server_mode == "require":
                 raise MetadataError(
                     f"no sqlite metadata server serves {self.path} (option server='require'); start one with "
-                    f"'ledgerstore metadata-server --db {self.path}'"
+                    f"'ledgerstore metadata-server --db {self.path}', or set metadata_options server = 'never' "
+                    "to open the file directly"
                 )
             return False
         remote = RemoteSession(socket_path, self.session_ttl, self._fire_session_event, self.busy_timeout)

@@ -349,6 +349,7 @@ def test_plugin_routes_are_served(tmp_path: Path) -> None:
     hooks().register(plugin)
     bport, hport = free_ports(2)
     cfg = BookieConfig(metadata=f"sqlite://{tmp_path / 'meta.db'}", listen=f"tcp://127.0.0.1:{bport}",
+                       metadata_options={"server": "never"},  # one process: direct mode, asked for
                        auto_init_cluster=True,  # a fresh store holds no cluster yet
                        journal_dir=str(tmp_path / "journal"), ledger_dirs=[str(tmp_path / "ledgers")], http_port=hport)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgerstore.cluster import free_ports
+from ledgerstore.cluster import free_ports, start_metadata_server_process, stop_process
 from ledgerstore.testing.servers import make_pki
 
 TOKEN = "s3cr3t-admin-token-7d2e9a"
@@ -93,10 +93,13 @@ class BookieProcess:
 def start_bookie(tmp_path: Path) -> Iterator[Callable[..., BookieProcess]]:
     """Start a bookie process whose ``[bookie.http]`` table is ``http_table``."""
     started: list[BookieProcess] = []
+    servers: list[subprocess.Popen[bytes]] = []
 
     def start(http_table: str, log_level: str = "INFO", tls: ssl.SSLContext | None = None) -> BookieProcess:
         d = tmp_path / f"bookie-{len(started)}"
         d.mkdir()
+        # the bookie reaches its sqlite file through a metadata server, as every bookie does by default
+        servers.append(start_metadata_server_process(d / "meta.db", d / "metadata-server.log"))
         port, http_port = free_ports(2)
         cfg = d / "bookie.toml"
         cfg.write_text(
@@ -126,6 +129,8 @@ def start_bookie(tmp_path: Path) -> Iterator[Callable[..., BookieProcess]]:
     yield start
     for b in started:
         b.stop()
+    for server in servers:
+        stop_process(server)
 
 
 def token_table(tmp_path: Path, extra: str = "") -> str:
@@ -264,7 +269,7 @@ def test_a_bookie_with_an_unreadable_token_file_does_not_start(tmp_path: Path) -
     cfg = tmp_path / "bookie.toml"
     port, http_port = free_ports(2)
     cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\n'
-                   'auto_init_cluster = true\n'
+                   'auto_init_cluster = true\nmetadata_options = { server = "never" }\n'  # no metadata server
                    f'journal_dir = "j"\nledger_dirs = ["l"]\nhttp_port = {http_port}\n'
                    f'[bookie.http]\ntoken_file = "{tmp_path / "missing-token"}"\n')
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],

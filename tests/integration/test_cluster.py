@@ -248,6 +248,8 @@ def test_bookie_refuses_to_start_on_cookie_mismatch(matrix_cluster_factory, tmp_
     cluster.stop()
     cfg = cluster.config_path(0)
     cfg.write_text(cfg.read_text().replace('ledger_dirs = ["ledgers"]', 'ledger_dirs = ["ledgers", "more-ledgers"]'))
+    if cluster.metadata_server:  # a sqlite bookie reaches its database through the metadata server
+        cluster.start_metadata_server()
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0

@@ -118,6 +118,7 @@ def test_cluster_admin_commands(cluster_factory) -> None:  # type: ignore[no-unt
     # the bookie's disks belong to the old instance: it refuses to join the new one
     cfg = cluster.config_path(0)
     cfg.write_text(cfg.read_text().replace("auto_init_cluster", "# auto_init_cluster"))
+    cluster.start_metadata_server()  # a sqlite bookie reaches its database through the metadata server
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "instance" in out.stderr.lower()

@@ -203,7 +203,8 @@ def test_a_bookie_on_a_store_holding_no_cluster_fails_in_one_line_naming_initnew
     (port,) = free_ports(1)
     cfg = tmp_path / "bookie.toml"
     cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\n'
-                   'journal_dir = "journal"\nledger_dirs = ["ledgers"]\n')
+                   'journal_dir = "journal"\nledger_dirs = ["ledgers"]\n'
+                   'metadata_options = { server = "never" }\n')  # one bookie, no metadata server: direct mode
     out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr

@@ -34,16 +34,28 @@ def one_line_failure(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def read_until_ready(proc: subprocess.Popen[str], seen: list[str]) -> None:
+    """Read a bookie's output into ``seen`` until it says it is ready; fail with it if it exits."""
+    assert proc.stdout is not None
+    while not seen or " ready" not in seen[-1]:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail("bookie exited before it was ready:\n" + "".join(seen))
+        seen.append(line)
+
+
 def bookie_config(tmp: Path, *, metadata: str | None = None, port: int | None = None, extra: str = "",
                   journal_dir: str = "journal") -> Path:
     cfg = tmp / "bookie.toml"
+    # one bookie and no metadata server: these tests ask for sqlite's direct mode
+    direct = 'metadata_options = { server = "never" }\n' if metadata is None and "metadata_options" not in extra else ""
     cfg.write_text(
         "[bookie]\n"
         f'metadata = "{metadata or "sqlite://" + str(tmp / "meta.db")}"\n'
         f'listen = "tcp://127.0.0.1:{port if port is not None else free_ports(1)[0]}"\n'
         f'journal_dir = "{journal_dir}"\n'
         'ledger_dirs = ["ledgers"]\n'
-        "auto_init_cluster = true\n" + extra  # a fresh store holds no cluster; these tests are about other steps
+        "auto_init_cluster = true\n" + direct + extra  # a fresh store holds no cluster; these tests are about other steps
     )
     return cfg
 
@@ -131,8 +143,8 @@ def test_a_metadata_store_locked_at_start_is_retried_until_it_frees(tmp_path: Pa
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("CREATE TABLE IF NOT EXISTS hold (x)")
     holder.execute("BEGIN EXCLUSIVE")
-    cfg = bookie_config(tmp_path, extra="metadata_start_retry_s = 60\n"
-                                        "[bookie.metadata_options]\nbusy_timeout = 0.05\n")
+    cfg = bookie_config(tmp_path, extra="metadata_start_retry_s = 60\n"  # direct mode: the file itself is locked
+                                        "[bookie.metadata_options]\nbusy_timeout = 0.05\nserver = \"never\"\n")
     proc = subprocess.Popen([*CLI, "bookie", "--config", str(cfg)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -145,12 +157,7 @@ def test_a_metadata_store_locked_at_start_is_retried_until_it_frees(tmp_path: Pa
         else:
             pytest.fail("bookie exited instead of retrying:\n" + "".join(seen))
         holder.execute("ROLLBACK")
-        for line in proc.stdout:
-            seen.append(line)
-            if " ready" in line:
-                break
-        else:
-            pytest.fail("bookie did not become ready:\n" + "".join(seen))
+        read_until_ready(proc, seen)
     finally:
         holder.close()
         proc.send_signal(signal.SIGTERM)
@@ -314,3 +321,27 @@ def _port_free(port: int) -> bool:
         return False
     finally:
         s.close()
+
+
+def test_a_sqlite_bookie_goes_through_the_metadata_server_unless_direct_mode_is_asked_for(tmp_path: Path) -> None:
+    """A bookie never falls back to opening a shared sqlite file by itself: a paused process holding
+    its write lock would stall every bookie. Without a metadata server it fails in one line saying
+    how to start one, or how to ask for direct mode."""
+    from ledgerstore.cluster import start_metadata_server_process, stop_process
+
+    cfg = bookie_config(tmp_path, extra="metadata_start_retry_s = 0\n[bookie.metadata_options]\nsession_ttl = 5\n")
+    line = one_line_failure(run_cli("bookie", "--config", str(cfg)))
+    assert "no sqlite metadata server serves" in line and "ledgerstore metadata-server --db" in line, line
+    assert "server = 'never'" in line
+    assert cookies_anywhere(tmp_path) == []
+    server = start_metadata_server_process(tmp_path / "meta.db", tmp_path / "metadata-server.log")
+    try:
+        proc = subprocess.Popen([*CLI, "bookie", "--config", str(cfg)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            read_until_ready(proc, [])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    finally:
+        stop_process(server)

@@ -175,7 +175,7 @@ class Bookie:
             self.store = self._given_store
             await self.store.start()
         else:
-            self.store = await start_metadata_store(cfg.metadata, cfg.metadata_options, cfg.metadata_start_retry_s)
+            self.store = await start_metadata_store(cfg.metadata, bookie_metadata_options(cfg), cfg.metadata_start_retry_s)
         self.registry = BookieRegistry(self.store)
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
@@ -485,3 +485,14 @@ async def watch_supervisor(pid: int, stop: asyncio.Event, interval: float = 0.5)
         await asyncio.sleep(interval)
     log.warning("supervisor (pid %d) is gone; stopping", pid)
     stop.set()
+
+
+def bookie_metadata_options(cfg: BookieConfig) -> dict[str, Any]:
+    """The metadata store options a bookie starts its store with: the configured ones, and for
+    sqlite ``server = "require"`` unless the configuration says otherwise. A bookie shares the
+    database with other processes, and a paused one holding the file's write lock would stall
+    them all (bookie restarts included): it goes through the metadata server, and opens the file
+    itself only when asked to (``server = "never"``, direct mode)."""
+    if cfg.metadata.startswith("sqlite://") and "server" not in cfg.metadata_options:
+        return {**cfg.metadata_options, "server": "require"}
+    return dict(cfg.metadata_options)
