@@ -20,6 +20,8 @@ from ledgerstore.aio import Client as AsyncClient
 from ledgerstore.api import MAX_DURATION_S, check_options
 from ledgerstore.config import BookieConfig, ClientConfig
 from ledgerstore.errors import InvalidArgumentError
+from ledgerstore.meta.bookies import ClusterManager
+from ledgerstore_memory import MemoryMetadataStore
 from ledgerstore_tcp import TcpTransport
 
 HUGE = 99999999999999999999
@@ -54,8 +56,20 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
 ]
 
 
+async def _cluster_uri() -> str:
+    """A fresh in-memory metadata store holding a cluster (a client joins only an existing one)."""
+    uri = f"memory://arguments-{uuid.uuid4().hex}"
+    store = MemoryMetadataStore(uri)
+    await store.start()
+    try:
+        await ClusterManager(store).init()
+    finally:
+        await store.close()
+    return uri
+
+
 def _uri() -> str:
-    return f"memory://arguments-{uuid.uuid4().hex}"
+    return asyncio.run(_cluster_uri())
 
 
 @pytest.mark.parametrize(("method", "args", "kwargs", "named"), BAD_CALLS,
@@ -63,7 +77,7 @@ def _uri() -> str:
 def test_the_async_client_names_the_bad_argument(method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                                                   named: str) -> None:
     async def call() -> None:
-        async with AsyncClient(metadata=_uri()) as client:
+        async with AsyncClient(metadata=await _cluster_uri()) as client:
             with pytest.raises(InvalidArgumentError, match=rf"^{named}\b"):
                 await getattr(client, method)(*args, **kwargs)
 
