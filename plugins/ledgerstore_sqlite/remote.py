@@ -158,7 +158,11 @@ class RemoteSession:
         self._pending[rid] = fut
         try:
             writer.write(protocol.encode({"id": rid, "op": op, **args}))
-            return await asyncio.wait_for(fut, self.request_timeout)
+            # not asyncio.wait_for: on Python 3.11 it drops a cancellation that arrives together
+            # with the answer, and a task cancelled that way runs on (a replication worker that
+            # was told to stop went on forever); asyncio.timeout keeps the cancellation
+            async with asyncio.timeout(self.request_timeout):
+                return await fut
         except TimeoutError:
             raise MetadataError(
                 f"the sqlite metadata server at {self.socket_path} did not answer {op} within "
