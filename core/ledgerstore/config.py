@@ -245,6 +245,8 @@ def load(
 
     for extra_problems in hooks().hook.ledgerstore_config_validate(kind=kind, config=cfg):
         problems.extend(extra_problems or [])
+    if len(problems) == 1:  # the common case is one line, as every other operator error
+        raise ConfigError(f"invalid {kind} configuration ({source}): {problems[0]}")
     if problems:
         raise ConfigError(f"invalid {kind} configuration ({source}):\n  - " + "\n  - ".join(problems))
     return cfg

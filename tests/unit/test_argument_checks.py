@@ -141,3 +141,16 @@ def test_config_check_and_bookie_start_refuse_a_huge_interval(tmp_path: Path) ->
         assert "Traceback" not in out.stderr + out.stdout
         assert f"'disk_check_interval_ms' = {HUGE} is too long" in out.stderr + out.stdout
     assert not (tmp_path / "journal").exists()  # nothing was started
+
+
+def test_one_config_problem_is_one_line(tmp_path: Path) -> None:
+    """An operator's one mistake is one line on stderr, naming the file and the option."""
+    cfg = tmp_path / "bookie.toml"
+    cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path}/meta.db"\njournal_dir = "{tmp_path}/journal"\n'
+                   f'ledger_dirs = ["{tmp_path}/ledgers"]\nflush_interval_ms = {HUGE}\n')
+    out = subprocess.run([sys.executable, "-m", "ledgerstore", "config", "check", str(cfg)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert str(cfg) in lines[0] and f"'flush_interval_ms' = {HUGE} is too long" in lines[0], lines

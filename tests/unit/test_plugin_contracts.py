@@ -52,7 +52,11 @@ def meta_uri(tmp_path: Path) -> str:
 
 
 def _problems(exc: pytest.ExceptionInfo[ConfigError]) -> list[str]:
-    return [line.strip()[2:] for line in str(exc.value).splitlines()[1:]]
+    """The problems a config error lists: one on its only line, or one per line under its header."""
+    lines = str(exc.value).splitlines()
+    if len(lines) == 1:
+        return [lines[0].split("): ", 1)[1]]
+    return [line.strip()[2:] for line in lines[1:]]
 
 
 # --- options --------------------------------------------------------------------------------------
