@@ -79,8 +79,8 @@ def test_metadata_moves_sqlite_zookeeper_etcd_sqlite_and_every_entry_reads_back(
         tmp_path: Path, zookeeper_server: ZooKeeperServer, etcd_server: EtcdServer) -> None:
     data_dir = tmp_path / "cluster"
     cluster = LocalCluster(data_dir, bookies=3, port_base=None)
-    cluster.start()
     try:
+        cluster.start()
         written = _write(cluster)
         running = ls("shell", "metadata-copy", "--from", cluster.metadata, "--to", f"sqlite://{tmp_path}/x.db",
                      check=False)
@@ -103,8 +103,8 @@ def test_metadata_moves_sqlite_zookeeper_etcd_sqlite_and_every_entry_reads_back(
     assert again["rc"] == 1 and "not empty" in str(again["stderr"])
 
     moved = _point_bookies_at(data_dir, 3, final)
-    moved.start()  # the bookies' cookies match: the instance id and cookies came along
     try:
+        moved.start()  # the bookies' cookies match: the instance id and cookies came along
         assert _read_all(final, sorted(written)) == written
 
         async def rest() -> tuple[list[bytes], float | None, list[int], int]:
