@@ -221,16 +221,16 @@ def test_the_bookie_compacts_only_engines_that_declare_compaction(tmp_path: Path
 
     async def main() -> dict[str, object]:
         name = f"contracts-{uuid.uuid4().hex}"
-        bookie = Bookie(BookieConfig(metadata=f"memory://{name}", ledger_dirs=[str(tmp_path)]))
-        bookie.store = MemoryMetadataStore(f"memory://{name}")
-        await bookie.store.start()
-        bookie.engine = engine_cls([tmp_path])
-        bookie.engine.open()
+        store, engine = MemoryMetadataStore(f"memory://{name}"), engine_cls([tmp_path])
+        bookie = Bookie(BookieConfig(metadata=f"memory://{name}", ledger_dirs=[str(tmp_path)]),
+                        metadata_store=store, engine=engine)
+        await store.start()
+        engine.open()
         try:
             return await bookie.gc(major=True)
         finally:
-            bookie.engine.close()
-            await bookie.store.close()
+            engine.close()
+            await store.close()
             drop_namespace(name)
 
     result = asyncio.run(main())
@@ -261,7 +261,6 @@ def test_the_bookie_refuses_adds_on_lost_and_re_registers_on_restored(tmp_path: 
         await bookie.start()
         try:
             assert bookie.status().registered
-            assert bookie.registry is not None
             await bookie.registry.unregister(bookie.bookie_id)  # what the lost session's ephemeral node does
             bookie.on_session_event(SessionEvent.LOST)
             assert not bookie.status().registered

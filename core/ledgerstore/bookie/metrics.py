@@ -189,11 +189,8 @@ class BookieCollector(Collector):
 
     def _engine_stats(self) -> StorageStats | None:
         """The engine's figures for this scrape (None without an engine, or when they failed)."""
-        engine = self.bookie.engine
-        if engine is None:
-            return None
         try:
-            st: StorageStats = engine.stats()
+            st: StorageStats = self.bookie.engine.stats()
         except Exception as exc:  # a scrape must not fail because one engine figure did
             log.warning("storage engine stats failed during a metrics scrape: %s", exc)
             return None
@@ -201,8 +198,6 @@ class BookieCollector(Collector):
 
     def _storage_metrics(self, st: StorageStats | None) -> Iterator[Metric]:
         engine = self.bookie.engine
-        if engine is None:
-            return
         if st is None:
             yield _gauge("ledgerstore_storage_stats_error", "1 when the engine's stats() failed on this scrape.", 1)
             return

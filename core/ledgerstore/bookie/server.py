@@ -40,6 +40,7 @@ from ledgerstore.bookie.cookie_validation import validate_cookie
 from ledgerstore.bookie.counters import BookieCounters
 from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.gc import GarbageCollector
+from ledgerstore.bookie.http import AdminHttpServer, start_admin_http
 from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
@@ -48,10 +49,11 @@ from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
 from ledgerstore.bookie.state import BookieState, BookieStatus
 from ledgerstore.config import BookieConfig
-from ledgerstore.errors import BookieDiskFullError, LedgerStoreError
+from ledgerstore.errors import BookieDiskFullError, BookieUnavailableError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import build, create_transport, notify
 from ledgerstore.proto import speedups
+from ledgerstore.recovery.service import RecoveryService
 from ledgerstore.stalls import peaks, probe_loop_lag, watch_gc
 from ledgerstore.startup import (
     SUPERVISOR_PID_ENV,
@@ -76,11 +78,13 @@ class Bookie:
         """``config`` says what to build. The keyword arguments are seams for embedding and for
         the deterministic simulation (:mod:`ledgerstore.sim`): a given (unstarted) metadata store,
         transport or storage engine is used instead of the one the config names, and
-        ``journal_factory`` is called with :class:`Journal`'s arguments to build the journal."""
+        ``journal_factory`` is called with :class:`Journal`'s arguments to build the journal.
+
+        The storage engine and the transport are built here, from their parsed options; what needs
+        the running loop, a started metadata store or an open engine (the listening server, the
+        journal, look-ups and ledger rules of :class:`ServingParts`, the admin HTTP server, the
+        auto-recovery service) is made by :meth:`start` into the attributes declared here."""
         self.config = config
-        self._given_store = metadata_store
-        self._given_transport = transport
-        self._given_engine = engine
         self._journal_factory = journal_factory
         self.listen = config.listen
         self.advertised = config.advertised_address or config.listen
@@ -88,11 +92,23 @@ class Bookie:
         self.bookie_id = f"{host}:{port}"
         self.journal_dir = Path(config.journal_dir)
         self.ledger_dirs = [Path(d) for d in config.ledger_dirs]
-        self.store: MetadataStore | None = None
-        self.engine: StorageEngine | None = None
-        self.journal: Journal[Completion] | None = None
-        self.server: Server | None = None
-        self.registry: BookieRegistry | None = None
+        #: the storage engine (opened by start(), closed by stop())
+        self.engine: StorageEngine = engine if engine is not None else build(
+            "storage", config.storage, self.ledger_dirs, options=config.storage_options)
+        #: the server side of the transport ``listen`` names
+        self.transport: Transport = transport if transport is not None else create_transport(
+            config.listen.partition("://")[0], max_frame_size=config.max_frame_size, **{
+                **config.transport,
+                "max_unfinished_frame_bytes": config.max_unfinished_frame_bytes,
+                "unfinished_frame_timeout_s": config.unfinished_frame_timeout_s,
+                "max_connections": config.max_connections,
+                "idle_connection_timeout_s": config.idle_connection_timeout_s,
+            })
+        self._given_store = metadata_store
+        #: what start() opened, so stop() closes exactly that: the metadata store, the engine
+        self._store: MetadataStore | None = None
+        self._engine_open = False
+        self._server: Server | None = None
         self.state = BookieState(self.bookie_id, config.disk_usage_threshold, config.disk_usage_lwm)
         self.counters = BookieCounters()
         self.ledgers = LedgerDescriptors()
@@ -111,10 +127,35 @@ class Bookie:
         self.ownership = Ownership(self.journal_dir, self.ledger_dirs)
         #: the journal, metadata look-ups and ledger rules the requests go through (once started)
         self.parts: ServingParts | None = None
-        #: the admin HTTP server (with ``http_port``) and the auto-recovery service (with
-        #: ``[autorecovery] enabled``), once started
-        self.http: Any = None
-        self.recovery: Any = None
+        #: the admin HTTP server (with ``http_port``), once started
+        self.http: AdminHttpServer | None = None
+        #: the auto-recovery service (with ``[autorecovery] enabled``), once started
+        self.recovery: RecoveryService | None = None
+
+    # --- parts that exist once started ---------------------------------------------------------
+
+    @property
+    def store(self) -> MetadataStore:
+        """The metadata store: the one given, or the config's once :meth:`start` started it."""
+        store = self._store if self._store is not None else self._given_store
+        if store is None:
+            raise BookieUnavailableError(f"bookie {self.bookie_id} is not started: it has no metadata store yet")
+        return store
+
+    @property
+    def registry(self) -> BookieRegistry:
+        """Bookie registrations in :attr:`store`."""
+        return BookieRegistry(self.store)
+
+    @property
+    def server(self) -> Server | None:
+        """The listening server, once :meth:`start` bound it."""
+        return self._server
+
+    @property
+    def journal(self) -> Journal[Completion] | None:
+        """The journal, once :meth:`start` built it."""
+        return self.parts.journal if self.parts is not None else None
 
     # --- views other parts read (admin API, metrics, hooks) ---------------------------------------
 
@@ -168,32 +209,23 @@ class Bookie:
         # options, the metadata store, a port) is checked before the cookie is written: a failed
         # start leaves no cookie behind, in the directories or in the metadata store.
         prepare_dirs([("journal_dir", self.journal_dir), *(("ledger_dirs", d) for d in self.ledger_dirs)])
-        engine = self._given_engine or build("storage", cfg.storage, self.ledger_dirs, options=cfg.storage_options)
         if cfg.http_port:
             check_port_free("http_port", cfg.http_address, cfg.http_port)
         if self._given_store is not None:
-            self.store = self._given_store
-            await self.store.start()
+            store = self._given_store
+            await store.start()
         else:
-            self.store = await start_metadata_store(cfg.metadata, bookie_metadata_options(cfg), cfg.metadata_start_retry_s)
-        self.registry = BookieRegistry(self.store)
+            store = await start_metadata_store(cfg.metadata, bookie_metadata_options(cfg), cfg.metadata_start_retry_s)
+        self._store = store
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
-        scheme = cfg.listen.partition("://")[0]
-        transport = self._given_transport or create_transport(scheme, max_frame_size=cfg.max_frame_size, **{
-            **cfg.transport,
-            "max_unfinished_frame_bytes": cfg.max_unfinished_frame_bytes,
-            "unfinished_frame_timeout_s": cfg.unfinished_frame_timeout_s,
-            "max_connections": cfg.max_connections,
-            "idle_connection_timeout_s": cfg.idle_connection_timeout_s,
-        })
         try:
-            self.server = await transport.serve(cfg.listen, self)
+            self._server = server = await self.transport.serve(cfg.listen, self)
         except OSError as exc:
-            await self.store.close()
+            await store.close()
             raise listen_error("listen", cfg.listen, split_address(cfg.listen)[2], exc) from None
         if split_address(self.advertised)[2] == 0:  # port 0: advertise the real one
-            self.advertised = self.server.address
+            self.advertised = server.address
             _, host, port = split_address(self.advertised)
             self.bookie_id = f"{host}:{port}"
             self.state.bookie_id = self.bookie_id
@@ -203,46 +235,40 @@ class Bookie:
             await self._check_cookie()
         except BaseException:
             self.ownership.release()
-            await self.server.close()
-            await self.store.close()
+            await server.close()
+            await store.close()
             raise
 
-        self.engine = engine
+        self._engine_open = True  # closed by stop() even if open() fails half-way, as before
         await asyncio.to_thread(self.engine.open)
-        self.parts = parts = ServingParts.build(self.processor, self.engine, self.store, self.journal_dir, self._loop,
+        self.parts = parts = ServingParts.build(self.processor, self.engine, store, self.journal_dir, self._loop,
                                                 disk_usage=self.disk_usage, on_disk_full=self.disk_full,
                                                 journal_factory=self._journal_factory)
-        self.journal = parts.journal
         t0 = time.monotonic()
-        replayed = await asyncio.to_thread(self.journal.replay_into, parts.ledgers)
+        replayed = await asyncio.to_thread(parts.journal.replay_into, parts.ledgers)
         if replayed:
             log.info("replayed %d journal records in %.2fs", replayed, time.monotonic() - t0)
         self.ledgers.load(self.engine)
         self.processor.attach(parts.ledgers, parts.journal, parts.lookup, self.ownership, self._loop)
-        self.journal.start(self._loop)
+        parts.journal.start(self._loop)
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
 
         self.state.serving = True
         self._update_disk_state()
-        self.http = None
         if cfg.http_port:  # up before registration: "registered" implies the admin port answers
-            from ledgerstore.bookie.http import start_admin_http
-
             self.http = await start_admin_http(self, cfg.http_address, cfg.http_port)
         await self._register()
-        self.store.add_session_listener(self.on_session_event)
+        store.add_session_listener(self.on_session_event)
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
         self._tasks.append(asyncio.create_task(self._disk_check_loop(), name="disk-check"))
         if cfg.gc_wait_time_ms > 0:
             self._tasks.append(asyncio.create_task(self._gc().run(), name="gc"))
         self.started_at = time.time()
         if cfg.autorecovery.enabled:
-            from ledgerstore.recovery.service import RecoveryService
-
             self.recovery = RecoveryService.for_bookie(self)
             await self.recovery.start()
-        log.info("bookie %s serving on %s (storage %s, journal %s, hot path: %s)", self.bookie_id, self.server.address,
+        log.info("bookie %s serving on %s (storage %s, journal %s, hot path: %s)", self.bookie_id, server.address,
                  cfg.storage, self.journal_dir, speedups.state)
         notify("ledgerstore_bookie_started", bookie=self)
 
@@ -262,23 +288,23 @@ class Bookie:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.server is not None:
-            await self.server.close()
+        if self._server is not None:
+            await self._server.close()
         if self.http is not None:
             await self.http.close()
-        if self.journal is not None:
-            await asyncio.to_thread(self.journal.close)
-        if self.engine is not None and self.journal is not None and self.journal.failed is None:
-            await asyncio.to_thread(self.checkpoint)
-        if self.engine is not None:
+        journal = self.journal
+        if journal is not None:
+            await asyncio.to_thread(journal.close)
+            if journal.failed is None:
+                await asyncio.to_thread(self.checkpoint)
+        if self._engine_open:
             await asyncio.to_thread(self.engine.close)
-        if self.store is not None:
+        if self._store is not None:
             try:
-                if self.registry is not None:
-                    await self.registry.unregister(self.bookie_id)
+                await self.registry.unregister(self.bookie_id)
             except LedgerStoreError as exc:
                 log.warning("could not unregister: %s", exc)
-            await self.store.close()
+            await self._store.close()
         self.ownership.release()
 
     def abort(self) -> None:
@@ -299,7 +325,6 @@ class Bookie:
     # --- cookie and registration ---------------------------------------------------------------
 
     async def _check_cookie(self) -> None:
-        assert self.store is not None
         self.instance_id, self.ownership.cookie = await validate_cookie(
             self.store, self.config, self.bookie_id, self.advertised, self.journal_dir, self.ledger_dirs)
 
@@ -317,7 +342,6 @@ class Bookie:
         )
 
     async def _register(self) -> None:
-        assert self.registry is not None
         t0 = time.perf_counter()
         await self.registry.register(self.info())
         peaks.observe("metadata_register", time.perf_counter() - t0)
@@ -338,13 +362,15 @@ class Bookie:
 
     def checkpoint(self) -> None:
         """Flush the engine and advance the journal mark (runs in a worker thread)."""
-        assert self.engine is not None and self.journal is not None
+        journal = self.journal
+        if journal is None:
+            raise BookieUnavailableError(f"bookie {self.bookie_id} is not started: it has no journal to checkpoint")
         with self._checkpoint_lock:
             t0 = time.perf_counter()
-            mark = self.journal.durable_mark()
+            mark = journal.durable_mark()
             self.engine.flush()
             t1 = time.perf_counter()
-            self.journal.checkpoint_done(mark)
+            journal.checkpoint_done(mark)
             took = time.perf_counter() - t0
             self.counters.flush_seconds.observe(t1 - t0)
             self.counters.checkpoint_seconds.observe(took)
@@ -383,7 +409,6 @@ class Bookie:
 
     def _gc(self) -> GarbageCollector:
         if self._collector is None:
-            assert self.engine is not None and self.store is not None
             self._collector = GarbageCollector(self.config, self.engine, self.store, self.ledgers, self.compaction)
         return self._collector
 
