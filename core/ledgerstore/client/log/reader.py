@@ -196,13 +196,6 @@ class LogReader:
             await self.wait(remaining)
         return True
 
-    async def _next_batch(self, follow: bool) -> list[tuple[Position, bytes]] | None:
-        """The next entries (up to ``batch_size``), waiting as :meth:`_await_more` does; None at the end."""
-        if not await self._await_more(follow):
-            return None
-        n = min(self.batch_size, len(self._buf))
-        return [self._buf.popleft() for _ in range(n)]
-
     async def _read(self, rh: ReadHandle, first: int, last: int) -> list[Entry]:
         try:
             return await rh.read(first, last)
@@ -235,10 +228,6 @@ class LogReader:
                     await asyncio.sleep(min(remaining, 0.05))
             else:
                 await asyncio.sleep(remaining)
-
-    def _unread(self, items: list[tuple[Position, bytes]]) -> None:
-        """Put entries handed out but not consumed back in front (for the sync iterator)."""
-        self._buf.extendleft(reversed(items))
 
     async def _peek(self) -> bool:
         await self._fetch(self.batch_size)
