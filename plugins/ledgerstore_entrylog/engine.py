@@ -2,16 +2,15 @@
 
 Entries of all ledgers are appended to entry logs (one active log per ledger directory); each
 ledger has an index file mapping entry ids to log locations, whose pages live in a bounded ledger
-cache. ``flush()`` is the checkpoint: entry logs are written and fsynced first, then index pages
-and headers are written and fsynced, so a durable index never points at data that is not durable.
-GC deletes logs that hold no live ledger; compaction copies the live entries of sparse logs
-forward. ``docs/storage-entrylog.md`` describes the files and the crash-safety argument.
+cache. ``flush()`` is the checkpoint; GC deletes logs that hold no live ledger; compaction copies
+the live entries of sparse logs forward. ``docs/storage-entrylog.md`` describes the files.
 
 This module is the facade: it parses the options, composes the parts
-(:class:`~ledgerstore_entrylog.parts.EngineParts`) and implements
+(:class:`~ledgerstore_entrylog.parts.EngineParts`, which also opens them and gathers their
+statistics) and implements
 :class:`~ledgerstore.api.StorageEngine` by delegating to them. The parts: the shared state and its
 lock :mod:`~ledgerstore_entrylog.state` (whose docstring holds the locking and crash-safety
-argument), the entry logs :mod:`~ledgerstore_entrylog.logs` (one file is
+argument, written there only), the entry logs :mod:`~ledgerstore_entrylog.logs` (one file is
 :mod:`~ledgerstore_entrylog.entrylog`), the index pages and their cache
 :mod:`~ledgerstore_entrylog.ledger_cache`, adds :mod:`~ledgerstore_entrylog.writer`, reads
 :mod:`~ledgerstore_entrylog.reads`, the checkpoint and write-back
@@ -27,7 +26,6 @@ from typing import Any
 
 from ledgerstore.api import MAX_DURATION_S, StorageEngine, StorageStats, option
 from ledgerstore.errors import ConfigError
-from ledgerstore_entrylog.format import INDEX_HEADER_SIZE
 from ledgerstore_entrylog.parts import EngineParts
 
 __all__ = ["EntryLogStorage"]
@@ -43,17 +41,8 @@ _FLUSH_ENTRYLOG_BYTES = 1 * _MiB
 
 
 class EntryLogStorage(StorageEngine):
-    """Interleaved entry logs + per-ledger index files + a bounded ledger cache.
-
-    Options (all optional): ``write_buffer_size`` (bytes buffered per active log before a write,
-    256 KiB), ``entry_log_size_limit`` (roll size, 1 GiB, at most 4 GiB), ``page_size`` (index page
-    size, 8 KiB, a multiple of 8), ``page_limit_bytes`` (ledger cache bound, 64 MiB),
-    ``minor_compaction_threshold`` (used by :meth:`gc`, 0.2), ``major_compaction_threshold``
-    (0.8, for the bookie's major compaction runs through :meth:`compact`), ``flush_interval``
-    (seconds between background flushes, 0 = only when the bookie calls :meth:`flush`),
-    ``flush_entrylog_bytes`` (a background thread fdatasyncs an entry log each time this many
-    bytes have been written to it since its last sync, 1 MiB; 0 = only the checkpoint syncs).
-    """
+    """Interleaved entry logs + per-ledger index files + a bounded ledger cache; its options
+    (all optional, with their defaults and bounds) are the fields of :class:`Options`."""
 
     name = "entrylog"
     supports_batch_add = True
@@ -116,22 +105,9 @@ class EntryLogStorage(StorageEngine):
 
     def open(self) -> None:
         """Load entry logs (ledger maps, or a scan when a map is missing) and index headers;
-        BookieIOError naming the file for a damaged log or index header."""
-        p = self.parts
-        st = p.state
-        with st.flush_mutex, st.lock:
-            if st.opened:
-                return
-            try:
-                p.logs.load()
-                p.cache.load()
-            except BaseException:
-                p.logs.close_all()
-                st.logs.clear()
-                st.ledgers.clear()
-                raise
-            st.opened = True
-        p.checkpointer.start()
+        BookieIOError naming the file for a damaged log or index header
+        (:meth:`EngineParts.open <ledgerstore_entrylog.parts.EngineParts.open>`)."""
+        self.parts.open()
 
     def close(self) -> None:
         """Flush, write the ledger maps of the active logs and release every file. Idempotent."""
@@ -214,35 +190,6 @@ class EntryLogStorage(StorageEngine):
     # --- statistics ------------------------------------------------------------------------------
 
     def stats(self) -> StorageStats:
-        """Ledger count, bytes on disk (logs incl. buffered bytes, index files), counters."""
-        st = self.parts.state
-        c = st.counters
-        with st.lock:
-            log_bytes = sum(lg.size for lg in st.logs.values())
-            index_bytes = sum(
-                INDEX_HEADER_SIZE + led.file_pages * st.page_size for led in st.ledgers.values() if led.file_exists
-            )
-            pages, dirty = self.parts.cache.page_counts()
-            return StorageStats(
-                ledgers=len(st.ledgers),
-                bytes_on_disk=log_bytes + index_bytes,
-                entries_written=c.entries_written,
-                gc_runs=c.gc_runs,
-                bytes_reclaimed=c.bytes_reclaimed,
-                extra={
-                    "entry_logs": len(st.logs),
-                    "entry_log_bytes": log_bytes,
-                    "index_bytes": index_bytes,
-                    "cache_pages": pages,
-                    "cache_dirty_pages": dirty,
-                    "cache_limit_pages": self.parts.cache.max_pages,
-                    "dirty_evictions": c.dirty_evictions,
-                    "compactions": c.compactions,
-                    "bytes_compacted": c.bytes_compacted,
-                    "pinned_logs": sum(1 for lg in st.logs.values() if lg.pinned),
-                    "background_syncs": c.background_syncs,
-                    "background_sync_bytes": c.background_sync_bytes,
-                },
-            )
-
-
+        """Ledger count, bytes on disk (logs incl. buffered bytes, index files), counters
+        (:meth:`EngineParts.stats <ledgerstore_entrylog.parts.EngineParts.stats>`)."""
+        return self.parts.stats()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ledgerstore.api import StorageStats
 from ledgerstore_entrylog.compactor import Compactor
+from ledgerstore_entrylog.format import INDEX_HEADER_SIZE
 from ledgerstore_entrylog.ledger_cache import LedgerCache
 from ledgerstore_entrylog.logs import EntryLogs
 from ledgerstore_entrylog.reads import Reader
@@ -41,3 +43,55 @@ class EngineParts:
         checkpointer = Checkpointer(state, logs, cache, flush_interval)
         return cls(state, logs, cache, Writer(state, logs, cache), Reader(state, cache), checkpointer,
                    Compactor(state, logs, cache, checkpointer))
+
+    def open(self) -> None:
+        """Load the entry logs (ledger maps, or a scan when a map is missing) and the index
+        headers, then start the write-back thread. Idempotent. On a damaged log or index header
+        (BookieIOError naming the file) every file opened so far is released again."""
+        st = self.state
+        with st.flush_mutex, st.lock:
+            if st.opened:
+                return
+            try:
+                self.logs.load()
+                self.cache.load()
+            except BaseException:
+                self.logs.close_all()
+                st.logs.clear()
+                st.ledgers.clear()
+                raise
+            st.opened = True
+        self.checkpointer.start()
+
+    def stats(self) -> StorageStats:
+        """Ledger count, bytes on disk (logs incl. buffered bytes, index files) and the counters,
+        read under one hold of ``state.lock`` so the figures agree with each other."""
+        st = self.state
+        c = st.counters
+        with st.lock:
+            log_bytes = sum(lg.size for lg in st.logs.values())
+            index_bytes = sum(
+                INDEX_HEADER_SIZE + led.file_pages * st.page_size for led in st.ledgers.values() if led.file_exists
+            )
+            pages, dirty = self.cache.page_counts()
+            return StorageStats(
+                ledgers=len(st.ledgers),
+                bytes_on_disk=log_bytes + index_bytes,
+                entries_written=c.entries_written,
+                gc_runs=c.gc_runs,
+                bytes_reclaimed=c.bytes_reclaimed,
+                extra={
+                    "entry_logs": len(st.logs),
+                    "entry_log_bytes": log_bytes,
+                    "index_bytes": index_bytes,
+                    "cache_pages": pages,
+                    "cache_dirty_pages": dirty,
+                    "cache_limit_pages": self.cache.max_pages,
+                    "dirty_evictions": c.dirty_evictions,
+                    "compactions": c.compactions,
+                    "bytes_compacted": c.bytes_compacted,
+                    "pinned_logs": sum(1 for lg in st.logs.values() if lg.pinned),
+                    "background_syncs": c.background_syncs,
+                    "background_sync_bytes": c.background_sync_bytes,
+                },
+            )
