@@ -72,8 +72,9 @@ class FrameDecoder:
     and grows with what arrives: doubling, up to ``chunk``, after each read that filled it (a
     peer streaming small frames), and past ``chunk`` only for a frame larger than that, doubling
     as the frame's bytes arrive (never past the frame, so never past ``max_frame_size`` + 4). It
-    shrinks back to ``initial`` once a read finds it mostly empty, or the connection closes: an
-    idle or quiet connection holds ``initial`` bytes at most, whatever it once received.
+    shrinks back to ``initial`` once a read finds it mostly empty and ends with a small frame, or
+    the connection closes: a quiet connection holds ``initial`` bytes at most, whatever it once
+    received; one whose last frame was large keeps room for the next (at most twice that frame).
     Completed frames free their room at once; an unfinished frame that cannot end where it begins
     is moved to the front as soon as its length prefix is read, while little of it has arrived."""
 
@@ -157,8 +158,11 @@ class FrameDecoder:
         if pos == n:  # nothing unfinished: the whole buffer is free again
             self._start = self._end = 0
             capacity = len(buf)
-            if capacity > self._initial and 4 * nbytes < capacity:
-                # the peer is quiet again (this read used little of the room): give it back
+            if capacity > self._initial and 4 * nbytes < capacity and 4 * (size + 4) < capacity:
+                # the peer is quiet again (this read used little of the room, and its last frame
+                # was small): give it back. The tail of a large frame is a small read too, but
+                # the next frame of a writer's pipeline is as large: the room stays for it rather
+                # than grow again from the initial size, a dozen small reads and copies later
                 self._replace(self._initial)
             elif capacity > self._chunk and size + 4 <= self._chunk:
                 # the peer is back to small frames: give the large ones' room back

@@ -104,6 +104,20 @@ def test_room_grows_for_a_streaming_peer_and_is_given_back_when_it_quiets() -> N
     assert d.capacity == 512
 
 
+def test_a_pipeline_of_large_frames_keeps_its_room_from_one_frame_to_the_next() -> None:
+    d = FrameDecoder(1024 * 1024, chunk=4096)
+    batch = b"p" * 100_000  # a writer's ADD_BATCH: the next one is as large
+    wire = _wire([batch])
+    assert _read_into(d, wire[:-10], 1 << 20) == []
+    assert _read_into(d, wire[-10:], 1 << 20) == [batch]  # its tail is a small read
+    room = d.capacity
+    # the next batch fits the room offered at once: one read, no regrowth from 512 bytes
+    assert len(d.get_buffer(-1)) >= len(wire)
+    assert _read_into(d, wire, 1 << 20) == [batch] and d.capacity == room
+    assert _read_into(d, _wire([b"q"]), 1 << 20) == [b"q"]  # a small frame: the peer quieted
+    assert d.capacity == 512
+
+
 def test_an_oversized_prefix_is_refused_before_its_bytes_arrive() -> None:
     d = FrameDecoder(1024)
     with pytest.raises(FrameTooLargeError, match="frame of 1025 bytes; the limit is 1024"):
