@@ -1,0 +1,217 @@
+"""Python function calls per added entry, in the client and in the bookies: a deterministic
+measure of the add path's work, unlike a throughput figure on a shared machine.
+
+Three bookies (entrylog storage, a journal each, sqlite metadata opened directly) run in one
+child process, one event loop; the client runs in this process. Both sides run
+:mod:`cProfile` on their event-loop thread over the same ``--entries`` adds to one ledger
+(E=3 Qw=3 Qa=2, ``--size`` bytes each), issued ``--turn`` at a time as
+:func:`ledgerstore.bench.workload.run_writes` does, after ``--warmup`` adds that are not counted.
+The figure is the profiler's call count (Python functions and the C functions they call)
+divided by the entries: every entry reaches all three bookies, so the bookie figure is the work of
+three stores; ``per bookie`` divides it by three. Work on other threads (the journal's writes
+and fsyncs, the entry logs' write-back) is not counted, and the compiled hot loops
+(``ledgerstore.proto._speedups``) count as one call each: compare runs in the same mode
+(``LEDGERSTORE_PURE_PYTHON`` set or not in both).
+
+Usage::
+
+    python benchmarks/callcount.py --entries 20000 --size 1024
+    python benchmarks/callcount.py --top 25 --json            # the functions called most, per entry
+
+To measure an older checkout, run this file with that checkout's interpreter (its editable
+install puts its own ``ledgerstore`` on the path)::
+
+    OLD/.venv/bin/python benchmarks/callcount.py --entries 20000 --size 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BOOKIES = 3
+ENSEMBLE, WRITE_QUORUM, ACK_QUORUM = 3, 3, 2
+
+
+def _metadata(workdir: Path) -> tuple[str, dict[str, Any]]:
+    """The sqlite store both processes open directly (no metadata server process to count)."""
+    return f"sqlite:///{workdir / 'metadata.db'}", {"server": "never"}
+
+
+def _summary(profile: cProfile.Profile, entries: int, top: int) -> dict[str, Any]:
+    """Total calls per entry, and the ``top`` functions by calls per entry."""
+    stats = pstats.Stats(profile)
+    rows: list[tuple[float, str]] = []
+    for (filename, line, name), (_cc, ncalls, _tt, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        where = name if filename == "~" else f"{_short(filename)}:{line}({name})"
+        rows.append((ncalls / entries, where))
+    rows.sort(reverse=True)
+    return {
+        "calls": stats.total_calls,  # type: ignore[attr-defined]
+        "calls_per_entry": round(stats.total_calls / entries, 2),  # type: ignore[attr-defined]
+        "top": [{"calls_per_entry": round(n, 3), "function": where} for n, where in rows[:top]],
+    }
+
+
+def _short(filename: str) -> str:
+    """A source path from its package down (``ledgerstore/bookie/journal.py``)."""
+    parts = Path(filename).parts
+    for anchor in ("site-packages", "core", "plugins", "lib"):
+        if anchor in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(anchor):])
+    return filename
+
+
+# --- the bookies' process ---------------------------------------------------------------------------
+
+
+async def _serve_bookies(workdir: Path, entries: int, top: int) -> None:
+    """Start the bookies, print their addresses, then profile between the parent's ``start``
+    and ``stop`` lines on stdin and print the summary as one JSON line."""
+    from ledgerstore.bookie.server import Bookie
+    from ledgerstore.config import BookieConfig
+
+    metadata, options = _metadata(workdir)
+    bookies = []
+    for i in range(BOOKIES):
+        cfg = BookieConfig(metadata=metadata, metadata_options=options, listen="tcp://127.0.0.1:0",
+                           journal_dir=str(workdir / f"b{i}" / "journal"), ledger_dirs=[str(workdir / f"b{i}" / "ledgers")],
+                           storage="entrylog", auto_init_cluster=True)
+        bookie = Bookie(cfg)
+        await bookie.start()
+        bookies.append(bookie)
+    loop = asyncio.get_running_loop()
+    profile = cProfile.Profile()
+    print(json.dumps({"ready": [b.bookie_id for b in bookies]}), flush=True)
+    try:
+        for command in ("start", "stop"):
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if line.strip() != command:
+                raise SystemExit(f"callcount bookies: expected {command!r} on stdin, got {line.strip()!r}")
+            if command == "start":
+                profile.enable()
+                print(json.dumps({"started": True}), flush=True)
+            else:
+                profile.disable()
+        print(json.dumps(_summary(profile, entries, top)), flush=True)
+    finally:
+        for bookie in bookies:
+            await bookie.stop()
+
+
+# --- the client's process ------------------------------------------------------------------------
+
+
+async def _adds(handle: Any, payload: bytes, count: int, turn: int) -> None:
+    """``count`` pipelined adds, ``turn`` issued per event-loop turn; only each turn's last add is
+    awaited (acknowledgements come in entry order), so the harness adds no call per entry."""
+    done = 0
+    while done < count:
+        n = min(turn, count - done)
+        append = handle.append_async
+        for _ in range(n - 1):
+            append(payload)
+        await append(payload)
+        done += n
+
+
+async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from ledgerstore.aio import Client
+    from ledgerstore.config import ClientConfig
+    from ledgerstore.proto import speedups
+
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-bookies", str(workdir), "--entries", str(args.entries),
+        "--top", str(args.top), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        ready = json.loads(await asyncio.wait_for(child.stdout.readline(), 120))
+        metadata, options = _metadata(workdir)
+        client = Client(config=ClientConfig(metadata=metadata, metadata_options=options))
+        await client.start()
+        try:
+            handle = await client.create_ledger(ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, password=b"callcount")
+            payload = os.urandom(args.size)
+            await _adds(handle, payload, args.warmup, args.turn)
+            child.stdin.write(b"start\n")
+            await child.stdin.drain()
+            await asyncio.wait_for(child.stdout.readline(), 120)  # the bookies count from now on
+            profile = cProfile.Profile()
+            profile.enable()
+            await _adds(handle, payload, args.entries, args.turn)
+            profile.disable()
+            child.stdin.write(b"stop\n")
+            await child.stdin.drain()
+            await handle.close()
+        finally:
+            await client.close()
+        bookie = json.loads(await asyncio.wait_for(child.stdout.readline(), 120))
+    finally:
+        if child.returncode is None:
+            child.stdin.close()
+            await child.wait()
+    client_summary = _summary(profile, args.entries, args.top)
+    return {
+        "entries": args.entries,
+        "size": args.size,
+        "bookies": ready["ready"],
+        # ``state`` names the mode and why; older checkouts only say whether the extension runs
+        "hot_path": str(getattr(speedups, "state", "compiled" if speedups.compiled is not None else "pure Python")),
+        "client": client_summary,
+        "bookie": {**bookie, "calls_per_entry_per_bookie": round(bookie["calls_per_entry"] / BOOKIES, 2)},
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"{result['entries']} entries of {result['size']} bytes, E={ENSEMBLE} Qw={WRITE_QUORUM} Qa={ACK_QUORUM}, "
+          f"hot path: {result['hot_path']}")
+    c, b = result["client"], result["bookie"]
+    print(f"client: {c['calls_per_entry']:.2f} calls/entry")
+    print(f"bookie: {b['calls_per_entry_per_bookie']:.2f} calls/entry per bookie "
+          f"({b['calls_per_entry']:.2f} for all {BOOKIES})")
+    for side in ("client", "bookie"):
+        if result[side]["top"]:
+            print(f"\n{side}: functions called most (calls/entry)")
+            for row in result[side]["top"]:
+                print(f"  {row['calls_per_entry']:9.3f}  {row['function']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=20_000, help="adds counted (default 20000)")
+    parser.add_argument("--size", type=int, default=1024, help="bytes per entry (default 1024)")
+    parser.add_argument("--warmup", type=int, default=2_000, help="adds before counting starts (default 2000)")
+    parser.add_argument("--turn", type=int, default=1_000, help="adds issued per event-loop turn (default 1000)")
+    parser.add_argument("--top", type=int, default=0, help="also list the N functions called most")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--serve-bookies", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("entries", "size", "turn"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.warmup < 0 or args.top < 0:
+        parser.error("--warmup and --top must not be negative")
+    if args.serve_bookies is not None:
+        asyncio.run(_serve_bookies(args.serve_bookies, args.entries, args.top))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="callcount-") as tmp:
+        result = asyncio.run(_measure(args, Path(tmp)))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
