@@ -71,7 +71,8 @@ def plugin_problems(kind: str, cfg: Any) -> list[str]:
     if kind == "bookie":
         if "://" in cfg.listen:
             checks.append(("listen", "transport", cfg.listen.partition("://")[0], cfg.transport,
-                           lambda c: c(max_frame_size=cfg.max_frame_size, **cfg.transport)))
+                           lambda c: plugins.construct("transport", cfg.listen.partition("://")[0], c,
+                                                       options=cfg.transport, max_frame_size=cfg.max_frame_size)))
         checks.append(("storage", "storage", cfg.storage, cfg.storage_options,
                        lambda c: plugins.construct("storage", cfg.storage, c, [Path(d) for d in cfg.ledger_dirs],
                                                    options=cfg.storage_options)))

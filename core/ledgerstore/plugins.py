@@ -24,6 +24,7 @@ from stevedore import driver, extension
 
 from ledgerstore import hookspecs
 from ledgerstore.api.options import check_options, parse_options
+from ledgerstore.api.transport import DEFAULT_MAX_FRAME_SIZE
 from ledgerstore.errors import PluginError
 
 log = logging.getLogger(__name__)
@@ -119,11 +120,13 @@ def build(slot: str, name: str, *args: Any, options: Mapping[str, Any]) -> Any:
     return construct(slot, name, load_driver(slot, name), *args, options=options)
 
 
-def construct(slot: str, name: str, cls: type, *args: Any, options: Mapping[str, Any]) -> Any:
-    """:func:`build` with the backend class already loaded (``config check`` loads it first)."""
+def construct(slot: str, name: str, cls: type, *args: Any, options: Mapping[str, Any], **settings: Any) -> Any:
+    """:func:`build` with the backend class already loaded (``config check`` loads it first).
+    ``settings`` are the host's own keyword arguments for the slot (a transport's
+    ``max_frame_size``), passed beside the parsed options."""
     if declared_options(cls) is None:
-        return cls(*args, **options)
-    return cls(*args, plugin_options(slot, name, cls, options))
+        return cls(*args, **options, **settings)
+    return cls(*args, plugin_options(slot, name, cls, options), **settings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +218,12 @@ def create_metadata_store(uri: str, **options: Any) -> Any:
     return build("metadata", uri_scheme(uri), uri, options=options)
 
 
-def create_transport(scheme: str, **options: Any) -> Any:
-    cls = load_driver("transport", scheme)
-    return cls(**options)
+def create_transport(scheme: str, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                     options: Mapping[str, Any] | None = None) -> Any:
+    """Build the transport the scheme names, its option table parsed once into its ``Options``
+    (:func:`plugin_options`), with ``max_frame_size`` (the host's setting for both sides)."""
+    return construct("transport", scheme, load_driver("transport", scheme), options=options or {},
+                     max_frame_size=max_frame_size)
 
 
 extension_manager = extension.ExtensionManager  # re-exported for plugin authors' tests

@@ -12,6 +12,9 @@ is copied once in user space. A peer that reads slower than the bookie answers m
 stop reading that peer's requests (the socket's write buffer above ``high_water``) rather than
 buffer without bound.
 
+The bounds below are the bookie's settings, given to :meth:`TcpTransport.serve` as one
+:class:`~ledgerstore.api.ServerLimits` value (they are not transport options).
+
 Unfinished frames are bounded too. A connection buffers at most one unfinished frame, and only the
 bytes that arrived (never the announced length), so at most ``max_frame_size`` + 4 bytes. Across
 all connections the server keeps at most ``max_unfinished_frame_bytes``: past it, the connection
@@ -39,20 +42,23 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ledgerstore.api import MAX_DURATION_S, Connection, FrameHandler, Server, Transport, option, split_address
+from ledgerstore.api import (
+    MAX_DURATION_S,
+    Connection,
+    FrameHandler,
+    Server,
+    ServerLimits,
+    Transport,
+    option,
+    split_address,
+)
 from ledgerstore.errors import BookieUnavailableError, FrameTooLargeError
 
-__all__ = ["TcpTransport", "FrameDecoder"]
+__all__ = ["TcpTransport", "TcpServer", "FrameDecoder"]
 
 log = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
 DEFAULT_HIGH_WATER = 8 * 1024 * 1024
-#: defaults of the unfinished-frame bounds (the bookie passes its configured values)
-DEFAULT_MAX_UNFINISHED_FRAME_BYTES = 256 * 1024 * 1024
-DEFAULT_UNFINISHED_FRAME_TIMEOUT_S = 30.0
-#: defaults of the connection bounds (the bookie passes its configured values)
-DEFAULT_MAX_CONNECTIONS = 10_000
-DEFAULT_IDLE_CONNECTION_TIMEOUT_S = 600.0
 #: log the first occurrence of a peer-caused event, then one in this many (with the count)
 _LOG_EVERY = 1000
 #: a flush of at most this many pieces (length prefixes and frames) is one vectored write of them
@@ -437,10 +443,7 @@ class _ServerConn(asyncio.BufferedProtocol):
 
 class TcpServer(Server):
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: FrameHandler, max_frame_size: int,
-                 high_water: int, scheme: str, max_unfinished_frame_bytes: int = DEFAULT_MAX_UNFINISHED_FRAME_BYTES,
-                 unfinished_frame_timeout_s: float = DEFAULT_UNFINISHED_FRAME_TIMEOUT_S,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 idle_connection_timeout_s: float = DEFAULT_IDLE_CONNECTION_TIMEOUT_S) -> None:
+                 high_water: int, scheme: str, limits: ServerLimits) -> None:
         self.loop = loop
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -452,15 +455,16 @@ class TcpServer(Server):
                          "refused_connections": 0, "idle_connections_closed": 0}
         self._server: asyncio.AbstractServer | None = None
         self._address = ""
-        self.max_unfinished_frame_bytes = max_unfinished_frame_bytes
-        self.unfinished_frame_timeout_s = unfinished_frame_timeout_s
+        #: the bookie's limits on its peers (see the module docstring)
+        self.max_unfinished_frame_bytes = limits.max_unfinished_frame_bytes
+        self.unfinished_frame_timeout_s = limits.unfinished_frame_timeout_s
         #: bytes of unfinished frames buffered across all connections
         self.unfinished_bytes = 0
         #: connections holding an unfinished frame → when that frame began, oldest first
         self._unfinished: OrderedDict[_ServerConn, float] = OrderedDict()
         self._sweep: asyncio.TimerHandle | None = None
-        self.max_connections = max_connections
-        self.idle_connection_timeout_s = idle_connection_timeout_s
+        self.max_connections = limits.max_connections
+        self.idle_connection_timeout_s = limits.idle_connection_timeout_s
         self._idle_sweep: asyncio.TimerHandle | None = None
 
     # --- connection bounds ------------------------------------------------------------------------
@@ -581,10 +585,10 @@ class TcpServer(Server):
 
 
 class TcpTransport(Transport):
-    """Plain TCP. Options: ``high_water`` (bytes of unsent answers per peer before the bookie
-    stops reading that peer), ``connect_timeout`` (seconds), and on the server side
-    ``max_unfinished_frame_bytes``, ``unfinished_frame_timeout_s``, ``max_connections`` and
-    ``idle_connection_timeout_s`` (see the module docstring)."""
+    """Plain TCP. Options (:class:`Options`): ``high_water`` (bytes of unsent answers per peer
+    before the bookie stops reading that peer) and ``connect_timeout`` (seconds). A server
+    enforces the bookie's :class:`~ledgerstore.api.ServerLimits` given to :meth:`serve`: all four
+    (see the module docstring)."""
 
     schemes = ("tcp",)
 
@@ -595,31 +599,17 @@ class TcpTransport(Transport):
         high_water: int = option(DEFAULT_HIGH_WATER, "bytes of unsent frames per connection before "
                                  "the sender waits (the bookie stops reading that peer)", minimum=1)
         connect_timeout: float = option(5.0, "seconds a client waits to connect", minimum=0.001, maximum=MAX_DURATION_S)
-        max_unfinished_frame_bytes: int = option(DEFAULT_MAX_UNFINISHED_FRAME_BYTES, "bytes of unfinished "
-                                                 "frames a server buffers across all connections", minimum=1)
-        unfinished_frame_timeout_s: float = option(DEFAULT_UNFINISHED_FRAME_TIMEOUT_S, "seconds a connection "
-                                                   "may take to finish a frame", minimum=0.001, maximum=MAX_DURATION_S)
-        max_connections: int = option(DEFAULT_MAX_CONNECTIONS, "connections a server keeps open at once; "
-                                      "more are closed as they are accepted", minimum=1)
-        idle_connection_timeout_s: float = option(DEFAULT_IDLE_CONNECTION_TIMEOUT_S, "seconds a server keeps "
-                                                  "a connection that sends and receives nothing", minimum=0.001, maximum=MAX_DURATION_S)
 
-    def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
-        super().__init__(max_frame_size=max_frame_size, **options)
-        self.high_water = int(options.get("high_water", DEFAULT_HIGH_WATER))
-        self.connect_timeout = float(options.get("connect_timeout", 5.0))
-        self.max_unfinished_frame_bytes = int(options.get("max_unfinished_frame_bytes",
-                                                          DEFAULT_MAX_UNFINISHED_FRAME_BYTES))
-        self.unfinished_frame_timeout_s = float(options.get("unfinished_frame_timeout_s",
-                                                            DEFAULT_UNFINISHED_FRAME_TIMEOUT_S))
-        self.max_connections = int(options.get("max_connections", DEFAULT_MAX_CONNECTIONS))
-        self.idle_connection_timeout_s = float(options.get("idle_connection_timeout_s",
-                                                           DEFAULT_IDLE_CONNECTION_TIMEOUT_S))
+    options: TcpTransport.Options
 
     def _ssl_server(self) -> Any:
         return None
 
     def _ssl_client(self) -> Any:
+        return None
+
+    def _server_hostname(self, host: str) -> str | None:
+        """The name a TLS client checks in the bookie's certificate (None: no TLS)."""
         return None
 
     async def connect(
@@ -636,9 +626,9 @@ class TcpTransport(Transport):
             transport, _ = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: proto, host, port, ssl=ssl_ctx,
-                    server_hostname=self.options.get("server_hostname", host) if ssl_ctx else None,
+                    server_hostname=self._server_hostname(host) if ssl_ctx else None,
                 ),
-                self.connect_timeout,
+                self.options.connect_timeout,
             )
         except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to {address}: {exc or 'timed out'}") from exc
@@ -646,12 +636,10 @@ class TcpTransport(Transport):
         writer.transport = transport
         return TcpConnection(proto, writer, address)
 
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
         scheme, host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        server = TcpServer(loop, handler, self.max_frame_size, self.high_water, scheme,
-                           self.max_unfinished_frame_bytes, self.unfinished_frame_timeout_s,
-                           self.max_connections, self.idle_connection_timeout_s)
+        server = TcpServer(loop, handler, self.max_frame_size, self.options.high_water, scheme, limits)
         server._server = await loop.create_server(
             lambda: _ServerConn(server), host, port, reuse_address=True, ssl=self._ssl_server(), backlog=1024
         )

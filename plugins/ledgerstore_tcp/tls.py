@@ -23,7 +23,7 @@ import os
 import ssl
 from typing import Any
 
-from ledgerstore.api import FrameHandler, Server, option
+from ledgerstore.api import FrameHandler, Server, ServerLimits, option
 from ledgerstore.errors import ConfigError
 
 from . import TcpTransport
@@ -102,54 +102,61 @@ class TlsTcpTransport(TcpTransport):
         client_key_file: str | None = option(None, "client: the private key of client_cert_file (PEM)")
         server_hostname: str | None = option(None, "client: the name checked in the bookie's certificate")
 
-    def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
-        super().__init__(max_frame_size=max_frame_size, **options)
-        self.require_client_cert = bool(options.get("require_client_cert", False))
+        def __post_init__(self) -> None:
+            if bool(self.cert_file) != bool(self.key_file):
+                raise ValueError("options 'cert_file' and 'key_file' go together (PEM certificate chain and private "
+                                 "key of a tcp+tls server; see docs/transports.md)")
+            if self.require_client_cert and not self.ca_file:
+                raise ValueError("option 'require_client_cert' needs 'ca_file': the CA that signs client certificates")
+            if bool(self.client_cert_file) != bool(self.client_key_file):
+                raise ValueError("options 'client_cert_file' and 'client_key_file' go together")
+
+    options: TlsTcpTransport.Options
+
+    def __init__(self, options: TlsTcpTransport.Options | None = None, /, *,
+                 max_frame_size: int = 5 * 1024 * 1024, **values: Any) -> None:
+        super().__init__(options, max_frame_size=max_frame_size, **values)
         self._client_ctx: ssl.SSLContext | None = None
         self._pending_server_ctx: _ServerContext | None = None
-        # Files are checked now so a typo fails at start-up rather than at the first connection.
-        if options.get("cert_file") or options.get("key_file"):
+        # Files are read now so a missing or bad one fails at start-up, not at the first connection.
+        if self.options.cert_file:
             self._make_server_context()
         self._make_client_context()
 
     def _make_server_context(self) -> _ServerContext:
         opts = self.options
-        if not opts.get("cert_file") or not opts.get("key_file"):
+        if not opts.cert_file or not opts.key_file:
             raise ConfigError(
                 "tcp+tls server needs transport options 'cert_file' and 'key_file' "
                 "(PEM certificate chain and private key; see docs/transports.md)"
             )
-        cert = _readable_file("cert_file", opts["cert_file"])
-        key = _readable_file("key_file", opts["key_file"])
+        cert = _readable_file("cert_file", opts.cert_file)
+        key = _readable_file("key_file", opts.key_file)
         ctx = _ServerContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.counters = {"refused_handshakes": 0}
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         _load_chain(ctx, "cert_file", cert, "key_file", key)
-        if self.require_client_cert:
-            if not opts.get("ca_file"):
-                raise ConfigError(
-                    "transport option 'require_client_cert' needs 'ca_file': the CA that signs client certificates"
-                )
-            _load_ca(ctx, _readable_file("ca_file", opts["ca_file"]))
+        if opts.require_client_cert and opts.ca_file:  # Options refuses the one without the other
+            _load_ca(ctx, _readable_file("ca_file", opts.ca_file))
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
 
     def _make_client_context(self) -> ssl.SSLContext:
         opts = self.options
-        if opts.get("ca_file"):
+        if opts.ca_file:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # trusts only the given CAs
-            _load_ca(ctx, _readable_file("ca_file", opts["ca_file"]))
+            _load_ca(ctx, _readable_file("ca_file", opts.ca_file))
         else:
             ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        cert_opt, key_opt = opts.get("client_cert_file"), opts.get("client_key_file")
-        if cert_opt or key_opt:
-            if not (cert_opt and key_opt):
-                raise ConfigError("transport options 'client_cert_file' and 'client_key_file' go together")
-            _load_chain(ctx, "client_cert_file", _readable_file("client_cert_file", cert_opt),
-                        "client_key_file", _readable_file("client_key_file", key_opt))
+        if opts.client_cert_file and opts.client_key_file:  # Options refuses the one without the other
+            _load_chain(ctx, "client_cert_file", _readable_file("client_cert_file", opts.client_cert_file),
+                        "client_key_file", _readable_file("client_key_file", opts.client_key_file))
         self._client_ctx = ctx
         return ctx
+
+    def _server_hostname(self, host: str) -> str | None:
+        return self.options.server_hostname or host
 
     def _ssl_server(self) -> ssl.SSLContext:
         return self._pending_server_ctx or self._make_server_context()
@@ -157,12 +164,12 @@ class TlsTcpTransport(TcpTransport):
     def _ssl_client(self) -> ssl.SSLContext:
         return self._client_ctx or self._make_client_context()
 
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
         ctx = self._make_server_context()
         # the base class asks _ssl_server() for the context before its first await
         self._pending_server_ctx = ctx
         try:
-            server = await super().serve(address, handler)
+            server = await super().serve(address, handler, limits)
         finally:
             self._pending_server_ctx = None
         counters = getattr(server, "counters", None)

@@ -27,7 +27,6 @@ see ``docs/transports.md``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,17 +34,16 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ledgerstore.api import MAX_DURATION_S, Connection, FrameHandler, Server, Transport, option, split_address
+from ledgerstore.api import Connection, FrameHandler, Server, ServerLimits, Transport, split_address
 from ledgerstore.errors import BookieUnavailableError, ConfigError
 
 from .client import _CLIENT_EVENTS, ZmqConnection
 from .curve import CurveClientKeys, CurveServerKeys
+from .options import ZmqOptions
 from .server import ZmqPeer, ZmqServer
-from .sockopts import DEFAULT_HWM, apply_socket_options
+from .sockopts import apply_socket_options
 
-__all__ = ["ZmqTransport", "ZmqConnection", "ZmqServer", "ZmqPeer"]
-
-DEFAULT_HIGH_WATER = 8 * 1024 * 1024
+__all__ = ["ZmqTransport", "ZmqConnection", "ZmqServer", "ZmqPeer", "ZmqOptions"]
 
 
 class ZmqTransport(Transport):
@@ -58,36 +56,15 @@ class ZmqTransport(Transport):
     schemes = ("zmq",)
     supports_curve = True
 
-    @dataclasses.dataclass(frozen=True)
-    class Options:
-        """The ``[transport]`` table of a ``zmq://`` bookie, or a client's ``[transport.zmq]``."""
+    Options = ZmqOptions
+    options: ZmqOptions
 
-        sndhwm: int = option(DEFAULT_HWM, "libzmq send high-water mark, in messages per peer", minimum=0)
-        rcvhwm: int = option(DEFAULT_HWM, "libzmq receive high-water mark, in messages per peer", minimum=0)
-        high_water: int = option(DEFAULT_HIGH_WATER, "bytes a client connection queues before drain waits",
-                                 minimum=1)
-        connect_timeout: float = option(5.0, "seconds connect waits for the handshake", minimum=0.001, maximum=MAX_DURATION_S)
-        heartbeat_interval: float = option(2.0, "seconds between ZMTP pings (0 turns them off)", minimum=0, maximum=MAX_DURATION_S)
-        peer_check_interval: float = option(2.0, "seconds between the server's checks for vanished peers",
-                                            minimum=0.001, maximum=MAX_DURATION_S)
-        curve_server_secret_key: str | None = option(None, "server: Z85 secret key or key file; turns CURVE on")
-        curve_server_public_key: str | None = option(None, "the server's Z85 public key or key file")
-        curve_allowed_clients: str | list[str] | None = option(
-            None, "server: a directory of *.key files or a list of Z85 client public keys")
-        curve_allow_any: bool = option(False, "server: accept any client key (encryption without authentication)")
-        curve_public_key: str | None = option(None, "client: its Z85 public key or key file")
-        curve_secret_key: str | None = option(None, "client: its Z85 secret key or key file")
-
-    def __init__(self, *, max_frame_size: int = 5 * 1024 * 1024, **options: Any) -> None:
-        super().__init__(max_frame_size=max_frame_size, **options)
-        try:
-            self.high_water = int(options.get("high_water", DEFAULT_HIGH_WATER))
-            self.connect_timeout = float(options.get("connect_timeout", 5.0))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"zmq transport: bad numeric option: {exc}") from exc
-        # Validated now so a bad key fails at start-up, not at the first connection.
-        self._curve_server = CurveServerKeys.from_options(options)
-        self._curve_client = CurveClientKeys.from_options(options)
+    def __init__(self, options: ZmqOptions | None = None, /, *, max_frame_size: int = 5 * 1024 * 1024,
+                 **values: Any) -> None:
+        super().__init__(options, max_frame_size=max_frame_size, **values)
+        # Keys are read now so a bad key fails at start-up, not at the first connection.
+        self._curve_server = CurveServerKeys.from_options(self.options)
+        self._curve_client = CurveClientKeys.from_options(self.options)
         self._ctx: zmq.asyncio.Context | None = None
         self._ctx_users = 0
         self._ctx_lock = threading.Lock()
@@ -139,12 +116,15 @@ class ZmqTransport(Transport):
             sock.close(linger=0)
             self._release_context()
             raise
-        conn = ZmqConnection(sock, monitor, address, self.max_frame_size, self.high_water,
+        conn = ZmqConnection(sock, monitor, address, self.max_frame_size, self.options.high_water,
                              on_frames, on_close, self._release_context)
-        await conn.wait_ready(self.connect_timeout)
+        await conn.wait_ready(self.options.connect_timeout)
         return conn
 
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
+        """Bind a ROUTER socket on ``address``. libzmq owns the connections and their framing, so
+        none of the bookie's ``limits`` applies: a message over ``max_frame_size`` is refused by
+        libzmq before it is read, and the heartbeats drop vanished peers."""
         scheme, host, port = split_address(address)
         if scheme not in self.schemes:
             raise ConfigError(f"zmq transport cannot serve {address!r}: its scheme is not zmq://")

@@ -16,6 +16,8 @@ import zmq.auth
 
 from ledgerstore.errors import ConfigError
 
+from .options import ZmqOptions
+
 __all__ = ["load_key", "load_allowed_clients", "CurveServerKeys", "CurveClientKeys"]
 
 _Z85_KEY_LEN = 40
@@ -91,14 +93,14 @@ class CurveServerKeys:
         self.allowed = allowed
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> CurveServerKeys | None:
+    def from_options(cls, options: ZmqOptions) -> CurveServerKeys | None:
         """None when the options do not turn CURVE on for the server."""
-        secret_opt = options.get("curve_server_secret_key")
+        secret_opt = options.curve_server_secret_key
         if not secret_opt:
             return None
         secret = load_key("curve_server_secret_key", secret_opt, secret=True)
         derived = zmq.curve_public(secret)
-        public_opt = options.get("curve_server_public_key")
+        public_opt = options.curve_server_public_key
         if public_opt:
             public = load_key("curve_server_public_key", public_opt, secret=False)
             if public != derived:
@@ -106,17 +108,8 @@ class CurveServerKeys:
                     "transport options 'curve_server_public_key' and 'curve_server_secret_key' are not "
                     "a key pair: the public key does not match the secret key"
                 )
-        allow_any = bool(options.get("curve_allow_any", False))
-        if allow_any:
-            allowed = None
-        elif "curve_allowed_clients" in options:
-            allowed = load_allowed_clients(options["curve_allowed_clients"])
-        else:
-            raise ConfigError(
-                "transport option 'curve_allowed_clients' is required with CURVE: a directory of client "
-                "public keys or a list of Z85 keys (or set curve_allow_any = true to encrypt without "
-                "authenticating clients)"
-            )
+        # ZmqOptions refuses CURVE without curve_allowed_clients or curve_allow_any
+        allowed = None if options.curve_allow_any else load_allowed_clients(options.curve_allowed_clients or [])
         return cls(secret, derived, allowed)
 
 
@@ -129,24 +122,22 @@ class CurveClientKeys:
         self.secret_key = secret_key
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> CurveClientKeys | None:
+    def from_options(cls, options: ZmqOptions) -> CurveClientKeys | None:
         """None when the options do not turn CURVE on for the client. Without its own key pair a
         client gets a fresh one (accepted only by a server with ``curve_allow_any``)."""
-        server_opt = options.get("curve_server_public_key")
+        server_opt = options.curve_server_public_key
         if not server_opt:
             return None
         server_public = load_key("curve_server_public_key", server_opt, secret=False)
-        secret_opt = options.get("curve_secret_key")
+        secret_opt = options.curve_secret_key
         if secret_opt:
             secret = load_key("curve_secret_key", secret_opt, secret=True)
             public = zmq.curve_public(secret)
-            public_opt = options.get("curve_public_key")
+            public_opt = options.curve_public_key
             if public_opt and load_key("curve_public_key", public_opt, secret=False) != public:
                 raise ConfigError(
                     "transport options 'curve_public_key' and 'curve_secret_key' are not a key pair"
                 )
-        elif options.get("curve_public_key"):
-            raise ConfigError("transport option 'curve_public_key' is set without 'curve_secret_key'")
-        else:
+        else:  # ZmqOptions refuses curve_public_key without curve_secret_key
             public, secret = zmq.curve_keypair()
         return cls(server_public, public, secret)

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -32,6 +31,7 @@ from ledgerstore.errors import FrameTooLargeError, ProtocolError
 from .client import CONTROL_BYE, CONTROL_CLOSE, CONTROL_PING, RECV_BATCH, parse_event
 from .curve import CurveServerKeys
 from .framing import pack, unpack
+from .options import ZmqOptions
 from .pump import EventPump
 from .sockopts import apply_socket_options
 
@@ -84,7 +84,7 @@ class ZmqPeer:
 class ZmqServer(Server):
     """A bound ROUTER socket, its monitor and (with CURVE) its ZAP authenticator."""
 
-    def __init__(self, handler: FrameHandler, scheme: str, options: dict[str, Any],
+    def __init__(self, handler: FrameHandler, scheme: str, options: ZmqOptions,
                  max_frame_size: int, curve: CurveServerKeys | None) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -109,7 +109,7 @@ class ZmqServer(Server):
         self.pump: EventPump  # set by bind()
         self._closed = False
         self._address = ""
-        self._peer_check_interval = float(options.get("peer_check_interval", 2.0))
+        self._peer_check_interval = options.peer_check_interval
         self.auth: AsyncioAuthenticator | None = None
         try:
             self.sock = self.ctx.socket(zmq.ROUTER)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ledgerstore.api import BookieInfo, Connection, Server, Transport
-from ledgerstore.api.transport import FrameHandler
+from ledgerstore.api.transport import FrameHandler, ServerLimits
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
 from ledgerstore.client.health import BookieHealth
@@ -140,7 +140,7 @@ class MemoryTransport(Transport):
             raise BookieUnavailableError(f"no in-process bookie at {address}")
         return _MemoryConnection(bookie, on_frames, on_close)
 
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
         raise NotImplementedError("in-process bookies are not served over a transport")
 
 

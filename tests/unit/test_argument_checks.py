@@ -23,6 +23,7 @@ from ledgerstore.errors import InvalidArgumentError
 from ledgerstore.meta.bookies import ClusterManager
 from ledgerstore_memory import MemoryMetadataStore
 from ledgerstore_tcp import TcpTransport
+from ledgerstore_zmq import ZmqTransport
 
 HUGE = 99999999999999999999
 
@@ -123,17 +124,17 @@ def test_nested_durations_are_bounded_and_rates_are_not_durations() -> None:
 
 
 def test_plugin_duration_options_are_bounded() -> None:
-    problems = check_options(TcpTransport.Options, {"idle_connection_timeout_s": HUGE,
-                                                    "connect_timeout": float("nan")}, "transport plugin 'tcp'")
+    problems = [*check_options(ZmqTransport.Options, {"heartbeat_interval": HUGE}, "transport plugin 'zmq'"),
+                *check_options(TcpTransport.Options, {"connect_timeout": float("nan")}, "transport plugin 'tcp'")]
     assert len(problems) == 2 and all("out of range" in p for p in problems), problems
-    assert check_options(TcpTransport.Options, {"idle_connection_timeout_s": MAX_DURATION_S}, "tcp") == []
+    assert check_options(TcpTransport.Options, {"connect_timeout": MAX_DURATION_S}, "tcp") == []
 
 
 def test_config_check_and_bookie_start_refuse_a_huge_interval(tmp_path: Path) -> None:
     cfg = tmp_path / "bookie.toml"
     cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path}/meta.db"\njournal_dir = "{tmp_path}/journal"\n'
                    f'ledger_dirs = ["{tmp_path}/ledgers"]\ndisk_check_interval_ms = {HUGE}\n'
-                   f'[bookie.transport]\nidle_connection_timeout_s = 1e30\n')
+                   f'[bookie.transport]\nconnect_timeout = 1e30\n')
     for command in (["config", "check", str(cfg)], ["bookie", "--config", str(cfg)]):
         out = subprocess.run([sys.executable, "-m", "ledgerstore", *command], capture_output=True, text=True,
                              timeout=120)

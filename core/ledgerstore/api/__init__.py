@@ -29,6 +29,7 @@ from ledgerstore.api.transport import (
     FrameHandler,
     Server,
     ServerConnection,
+    ServerLimits,
     Transport,
     split_address,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Server",
     "OptionInfo",
     "ServerConnection",
+    "ServerLimits",
     "SessionEvent",
     "SessionListener",
     "StorageEngine",

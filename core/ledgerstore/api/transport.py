@@ -8,16 +8,44 @@ Request ids, pipelining, timeouts and reconnects are done once in core
 
 Addresses are URIs whose scheme names the transport: ``tcp://127.0.0.1:3181``,
 ``tcp+tls://host:3181``, ``zmq://host:3181``.
+
+Options. A transport declares its option table (TLS files, CURVE keys, buffer sizes) as an
+``Options`` dataclass; the host parses the table once (:func:`ledgerstore.plugins.create_transport`)
+and hands the instance to the constructor, with ``max_frame_size``, which is the host's setting for
+both sides. What a bookie allows its peers (connections open at once, idle time, bytes of frames
+not yet finished) is the bookie's setting, not the transport's: it reaches the server as a
+:class:`ServerLimits` value given to :meth:`Transport.serve`, and the transport enforces it.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
+from ledgerstore.api.options import options_for
+
 #: Default largest frame accepted, in bytes (BookKeeper's nettyMaxFrameSizeBytes is 5 MB).
 DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What a bookie allows the peers of its server transport: the bookie's settings of the same
+    names (``[bookie]`` table, checked there), given to :meth:`Transport.serve`. A transport
+    enforces those its wire allows and says which in its documentation (``docs/transports.md``):
+    ``tcp`` enforces all four; ``zmq``, whose framing and connections libzmq owns, none."""
+
+    #: bytes of unfinished frames buffered across all connections; past it the connection whose
+    #: unfinished frame is the oldest is closed
+    max_unfinished_frame_bytes: int = 256 * 1024 * 1024
+    #: seconds a connection may take to finish a frame it began
+    unfinished_frame_timeout_s: float = 30.0
+    #: connections open at once; one accepted past it is closed at once
+    max_connections: int = 10_000
+    #: seconds a connection may send and receive nothing before it is closed
+    idle_connection_timeout_s: float = 600.0
 
 
 class Connection(abc.ABC):
@@ -89,7 +117,8 @@ class Server(abc.ABC):
 class Transport(abc.ABC):
     """A transport plugin. One instance serves both sides for its schemes.
 
-    ``options`` come from the ``[transport]`` table of the config (TLS files, CURVE keys, ...).
+    ``options`` come from the ``[transport]`` table of the config (TLS files, CURVE keys, ...),
+    parsed once into the plugin's ``Options`` dataclass.
     """
 
     schemes: tuple[str, ...] = ()
@@ -106,9 +135,16 @@ class Transport(abc.ABC):
     #: reconnect by themselves below the transport).
     closes_oversized_senders: ClassVar[bool] = True
 
-    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, **options: Any) -> None:
+    def __init__(self, options: Any = None, /, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 **values: Any) -> None:
+        """``options``: the instance of the transport's ``Options`` dataclass the host parsed from
+        the ``[transport]`` table (a transport built in code may pass the table as keyword
+        arguments instead, parsed by the same rules: :func:`~ledgerstore.api.options.options_for`).
+        ``max_frame_size``: the largest frame either side accepts."""
         self.max_frame_size = max_frame_size
-        self.options = options
+        scheme = self.schemes[0] if self.schemes else type(self).__name__
+        #: the transport's parsed options (its ``Options`` instance; a dict for one without)
+        self.options = options_for(type(self), options, values, f"transport plugin {scheme!r}")
 
     @abc.abstractmethod
     async def connect(
@@ -122,8 +158,9 @@ class Transport(abc.ABC):
         Raises :class:`~ledgerstore.errors.BookieUnavailableError` if it cannot connect."""
 
     @abc.abstractmethod
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
-        """Listen on ``address`` and hand decoded frames to ``handler``. A peer that sends an
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
+        """Listen on ``address`` and hand decoded frames to ``handler``, holding the peers to
+        ``limits`` (the bookie's; the defaults when none are given). A peer that sends an
         oversized or malformed frame is disconnected; other peers are unaffected."""
 
 

@@ -29,6 +29,7 @@ from ledgerstore.api import (
     MetadataStore,
     Server,
     ServerConnection,
+    ServerLimits,
     SessionEvent,
     StorageEngine,
     Transport,
@@ -95,15 +96,16 @@ class Bookie:
         #: the storage engine (opened by start(), closed by stop())
         self.engine: StorageEngine = engine if engine is not None else build(
             "storage", config.storage, self.ledger_dirs, options=config.storage_options)
-        #: the server side of the transport ``listen`` names
+        #: the server side of the transport ``listen`` names, its ``[transport]`` table parsed once
         self.transport: Transport = transport if transport is not None else create_transport(
-            config.listen.partition("://")[0], max_frame_size=config.max_frame_size, **{
-                **config.transport,
-                "max_unfinished_frame_bytes": config.max_unfinished_frame_bytes,
-                "unfinished_frame_timeout_s": config.unfinished_frame_timeout_s,
-                "max_connections": config.max_connections,
-                "idle_connection_timeout_s": config.idle_connection_timeout_s,
-            })
+            config.listen.partition("://")[0], max_frame_size=config.max_frame_size, options=config.transport)
+        #: what the bookie allows its peers: its own settings, enforced by the transport's server
+        self.limits = ServerLimits(
+            max_unfinished_frame_bytes=config.max_unfinished_frame_bytes,
+            unfinished_frame_timeout_s=config.unfinished_frame_timeout_s,
+            max_connections=config.max_connections,
+            idle_connection_timeout_s=config.idle_connection_timeout_s,
+        )
         self._given_store = metadata_store
         #: what start() opened, so stop() closes exactly that: the metadata store, the engine
         self._store: MetadataStore | None = None
@@ -220,7 +222,7 @@ class Bookie:
         # Bind first: with port 0 the bookie id (host:port) is only known once listening. Requests
         # that arrive before the journal runs are refused (see frames_received).
         try:
-            self._server = server = await self.transport.serve(cfg.listen, self)
+            self._server = server = await self.transport.serve(cfg.listen, self, self.limits)
         except OSError as exc:
             await store.close()
             raise listen_error("listen", cfg.listen, split_address(cfg.listen)[2], exc) from None

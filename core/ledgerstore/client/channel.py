@@ -252,7 +252,7 @@ class ChannelPool:
             opts = dict(self.transport_options.get(scheme, self.transport_options) if isinstance(
                 self.transport_options.get(scheme), dict) else self.transport_options)
             opts = {k: v for k, v in opts.items() if not isinstance(v, dict)}
-            t = self._transports[scheme] = create_transport(scheme, max_frame_size=self.max_frame_size, **opts)
+            t = self._transports[scheme] = create_transport(scheme, max_frame_size=self.max_frame_size, options=opts)
         return t
 
     async def close(self) -> None:

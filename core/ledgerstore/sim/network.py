@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ledgerstore.api.transport import Connection, FrameHandler, Server, Transport
+from ledgerstore.api.transport import Connection, FrameHandler, Server, ServerLimits, Transport
 from ledgerstore.errors import BookieUnavailableError
 from ledgerstore.proto import codec
 from ledgerstore.sim.trace import Trace
@@ -371,7 +371,8 @@ class SimTransport(Transport):
         net.trace("net.connect", f"{self.node}->{server.node}")
         return conn
 
-    async def serve(self, address: str, handler: FrameHandler) -> Server:
+    async def serve(self, address: str, handler: FrameHandler, limits: ServerLimits = ServerLimits()) -> Server:
+        """Serve ``address`` on the simulated network (which has no connection limits to enforce)."""
         server = SimServer(self.network, self.node, address, handler)
         self.network.servers[address] = server
         return server
