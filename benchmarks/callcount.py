@@ -8,8 +8,8 @@ child process, one event loop; the client runs in this process. Both sides run
 :func:`ledgerstore.bench.workload.run_writes` does, after ``--warmup`` adds that are not counted.
 The figure is the profiler's call count (Python functions and the C functions they call)
 divided by the entries: every entry reaches all three bookies, so the bookie figure is the work of
-three stores; ``per bookie`` divides it by three. Work on other threads (the journal's writes
-and fsyncs, the entry logs' write-back) is not counted, and the compiled hot loops
+three stores; ``per bookie`` divides it by three. The bookies' other threads (the journal's
+writer, the entry logs' write-back) are counted apart, over the same span; the compiled hot loops
 (``ledgerstore.proto._speedups``) count as one call each: compare runs in the same mode
 (``LEDGERSTORE_PURE_PYTHON`` set or not in both).
 
@@ -35,6 +35,7 @@ import pstats
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,32 @@ def _short(filename: str) -> str:
 # --- the bookies' process ---------------------------------------------------------------------------
 
 
+class ThreadProfiles:
+    """A profiler in every thread started after :meth:`install` (the journal's writer, the entry
+    logs' write-back): each thread's first profiling event starts its own ``cProfile.Profile``,
+    and :meth:`calls` reads their call counts without stopping them."""
+
+    def __init__(self) -> None:
+        self._profiles: list[cProfile.Profile] = []
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        threading.setprofile(self._first_event)
+
+    def _first_event(self, frame: Any, event: str, arg: Any) -> None:
+        profile = cProfile.Profile()
+        with self._lock:
+            self._profiles.append(profile)
+        sys.setprofile(None)
+        profile.enable()
+
+    def calls(self) -> int:
+        """Calls counted so far, in every profiled thread."""
+        with self._lock:
+            profiles = list(self._profiles)
+        return sum(entry.callcount for profile in profiles for entry in profile.getstats())  # type: ignore[attr-defined]
+
+
 async def _serve_bookies(workdir: Path, entries: int, top: int) -> None:
     """Start the bookies, print their addresses, then profile between the parent's ``start``
     and ``stop`` lines on stdin and print the summary as one JSON line."""
@@ -81,6 +108,8 @@ async def _serve_bookies(workdir: Path, entries: int, top: int) -> None:
     from ledgerstore.config import BookieConfig
 
     metadata, options = _metadata(workdir)
+    threads = ThreadProfiles()
+    threads.install()
     bookies = []
     for i in range(BOOKIES):
         cfg = BookieConfig(metadata=metadata, metadata_options=options, listen="tcp://127.0.0.1:0",
@@ -98,11 +127,15 @@ async def _serve_bookies(workdir: Path, entries: int, top: int) -> None:
             if line.strip() != command:
                 raise SystemExit(f"callcount bookies: expected {command!r} on stdin, got {line.strip()!r}")
             if command == "start":
+                thread_calls = threads.calls()
                 profile.enable()
                 print(json.dumps({"started": True}), flush=True)
             else:
                 profile.disable()
-        print(json.dumps(_summary(profile, entries, top)), flush=True)
+                thread_calls = threads.calls() - thread_calls
+        summary = _summary(profile, entries, top)
+        summary["other_threads_calls_per_entry"] = round(thread_calls / entries, 2)
+        print(json.dumps(summary), flush=True)
     finally:
         for bookie in bookies:
             await bookie.stop()
@@ -167,7 +200,9 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         # ``state`` names the mode and why; older checkouts only say whether the extension runs
         "hot_path": str(getattr(speedups, "state", "compiled" if speedups.compiled is not None else "pure Python")),
         "client": client_summary,
-        "bookie": {**bookie, "calls_per_entry_per_bookie": round(bookie["calls_per_entry"] / BOOKIES, 2)},
+        "bookie": {**bookie, "calls_per_entry_per_bookie": round(bookie["calls_per_entry"] / BOOKIES, 2),
+                   "other_threads_calls_per_entry_per_bookie": round(
+                       bookie["other_threads_calls_per_entry"] / BOOKIES, 2)},
     }
 
 
@@ -177,7 +212,8 @@ def _print(result: dict[str, Any]) -> None:
     c, b = result["client"], result["bookie"]
     print(f"client: {c['calls_per_entry']:.2f} calls/entry")
     print(f"bookie: {b['calls_per_entry_per_bookie']:.2f} calls/entry per bookie "
-          f"({b['calls_per_entry']:.2f} for all {BOOKIES})")
+          f"({b['calls_per_entry']:.2f} for all {BOOKIES}) on the event loop, "
+          f"{b['other_threads_calls_per_entry_per_bookie']:.2f} in its other threads (journal, write-back)")
     for side in ("client", "bookie"):
         if result[side]["top"]:
             print(f"\n{side}: functions called most (calls/entry)")
