@@ -1,4 +1,5 @@
-"""``ledgerstore metadata-server``: serve one sqlite metadata database over a Unix socket."""
+"""``ledgerstore metadata-server``: serve one sqlite metadata database over a Unix socket and,
+with ``--listen``, over TCP to other hosts (with a shared secret)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import click
 import ledgerstore
 from ledgerstore.bookie.server import watch_supervisor
 from ledgerstore.cli.common import handle_errors, setup_logging
+from ledgerstore.errors import ConfigError
 from ledgerstore.startup import SUPERVISOR_PID_ENV
-from ledgerstore_sqlite.server import MetadataServer
+from ledgerstore_sqlite.auth import read_secret
+from ledgerstore_sqlite.discovery import format_address, parse_address
+from ledgerstore_sqlite.server import AUTH_TIMEOUT_S, MAX_UNAUTHENTICATED, MetadataServer
 from ledgerstore_sqlite.store import path_from_uri
 
 __all__ = ["metadata_server"]
@@ -26,7 +30,8 @@ async def _run(server: MetadataServer) -> None:
         loop.add_signal_handler(sig, stop.set)
     await server.start()
     # The line supervisors (LocalCluster) wait for.
-    print(f"metadata server for {server.db_path} ready on {server.socket_path}", flush=True)
+    tcp = "" if server.tcp_address is None else f" and tcp {format_address(*server.tcp_address)}"
+    print(f"metadata server for {server.db_path} ready on {server.socket_path}{tcp}", flush=True)
     waiters: set[asyncio.Task[Any]] = {loop.create_task(stop.wait())}
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
     if supervisor.isdigit():  # started by ``ledgerstore standalone``: die with it
@@ -45,15 +50,35 @@ async def _run(server: MetadataServer) -> None:
 @click.option("--reap-interval", default=0.25, show_default=True, type=click.FloatRange(min=0.01),
               help="seconds between sweeps that end expired client sessions")
 @click.option("--synchronous", default="full", show_default=True, type=click.Choice(["full", "normal"]))
+@click.option("--listen", "listen", default=None, metavar="HOST:PORT",
+              help="also serve TCP on this address, for bookies and clients on other hosts "
+                   "(port 0: a free one, printed when ready); needs --secret-file")
+@click.option("--listen-any", is_flag=True, help="allow --listen on a wildcard address (0.0.0.0, [::])")
+@click.option("--secret-file", default=None, metavar="PATH",
+              help="file holding the secret every TCP client proves it knows (mode 0600 or stricter)")
+@click.option("--auth-timeout", default=AUTH_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.01),
+              help="seconds a TCP connection has to authenticate before it is closed")
+@click.option("--max-unauthenticated", default=MAX_UNAUTHENTICATED, show_default=True,
+              type=click.IntRange(min=1), help="TCP connections allowed to be authenticating at once")
 @click.option("--log-level", default="INFO", show_default=True)
 @handle_errors
-def metadata_server(db: str, reap_interval: float, synchronous: str, log_level: str) -> None:
+def metadata_server(db: str, reap_interval: float, synchronous: str, listen: str | None, listen_any: bool,
+                    secret_file: str | None, auth_timeout: float, max_unauthenticated: int, log_level: str) -> None:
     """Serve a sqlite metadata database to every process of this machine over a Unix socket
     (<db>.sock), so no client holds the file's lock: one paused process cannot stop the others.
-    Clients configured with sqlite://<db> find it by themselves. Stops on SIGTERM or Ctrl-C."""
+    Clients configured with sqlite://<db> find it by themselves. With --listen, processes on
+    other hosts reach it as sqlite+tcp://HOST:PORT, each proving the secret of --secret-file.
+    Stops on SIGTERM or Ctrl-C."""
     setup_logging(log_level)
     path = path_from_uri(db) if db.startswith("sqlite://") else os.path.abspath(db)
-    asyncio.run(_run(MetadataServer(path, reap_interval=reap_interval, synchronous=synchronous)))
+    if secret_file is not None and listen is None:
+        raise ConfigError("--secret-file is for the TCP listener; give --listen HOST:PORT too")
+    address = None if listen is None else parse_address(listen, "--listen")
+    secret = None if secret_file is None else read_secret(secret_file, "--secret-file")
+    server = MetadataServer(path, reap_interval=reap_interval, synchronous=synchronous, listen=address,
+                            secret=secret, listen_any=listen_any, auth_timeout=auth_timeout,
+                            max_unauthenticated=max_unauthenticated)
+    asyncio.run(_run(server))
 
 
 @ledgerstore.hookimpl

@@ -1,4 +1,5 @@
-"""How a client finds the sqlite metadata server of a database file, and how a server claims it.
+"""How a client finds the sqlite metadata server of a database file, and how a server claims it;
+and the ``host:port`` addresses of its TCP listener.
 
 The server holds an exclusive ``flock`` on ``<db>.lock`` for its whole life and writes its
 socket's path into that file. A process that can take a shared lock on it knows no server runs
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
 import os
 import tempfile
 import time
 
-from ledgerstore.errors import MetadataError
+from ledgerstore.errors import ConfigError, MetadataError
 
-__all__ = ["live_socket", "lock_path", "socket_path_for", "take_lock"]
+__all__ = ["format_address", "is_wildcard", "live_socket", "lock_path", "parse_address", "socket_path_for",
+           "take_lock"]
 
 #: how long a starting server retries its lock while a client probes it
 _LOCK_RETRY_S = 2.0
@@ -84,3 +87,31 @@ def take_lock(path: str) -> int:
                     f"(socket {owner or 'not yet published'}); stop it first or connect to it"
                 ) from None
             time.sleep(0.02)
+
+
+def parse_address(text: str, what: str = "address") -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address); port 0 lets a
+    server pick a free one. :class:`ConfigError` in one line for anything else."""
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"{what} {text!r}: write an IPv6 address in brackets, e.g. [::1]:4181")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"{what} {text!r} is not HOST:PORT with a port in 0..65535, e.g. 10.0.0.5:4181")
+    return host, int(port_text)
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface (``0.0.0.0``, ``::``, ``*``)."""
+    if host in ("", "*"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

@@ -1,4 +1,5 @@
-"""Wire format between the sqlite metadata server and its clients: pure functions over bytes.
+"""Wire format between the sqlite metadata server and its clients: pure functions over bytes
+(and :func:`read_frame`, the one coroutine that takes a frame off a stream).
 
 A frame is ``length`` (4 bytes, big-endian, counting what follows), ``version`` (1 byte,
 :data:`VERSION`), then a UTF-8 JSON object. Binary values travel base64-encoded in the field
@@ -10,6 +11,7 @@ and ``key`` instead of ``id``. The format is documented in ``docs/metadata-sqlit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -23,6 +25,7 @@ from ledgerstore.errors import (
     NoSuchKeyError,
     SessionExpiredError,
 )
+from ledgerstore_sqlite.auth import MetadataAuthError
 
 __all__ = [
     "ERRORS",
@@ -37,6 +40,7 @@ __all__ = [
     "error_code",
     "error_from",
     "frame_length",
+    "read_frame",
 ]
 
 #: the one frame version this code speaks
@@ -53,6 +57,7 @@ ERRORS: Final[dict[str, type[MetadataError]]] = {
     "bad_version": BadVersionError,
     "no_such_key": NoSuchKeyError,
     "session_expired": SessionExpiredError,
+    "unauthorized": MetadataAuthError,
     "metadata": MetadataError,
 }
 
@@ -124,3 +129,13 @@ def error_from(code: object, message: str) -> Exception:
     if code == "invalid_argument":
         return InvalidArgumentError(message)
     return ERRORS.get(str(code), MetadataError)(message)
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> dict[str, Any]:
+    """The next message on ``reader`` (the one place the framing meets a stream).
+    :class:`FrameError` for a length outside ``1..limit`` or a bad body;
+    :class:`asyncio.IncompleteReadError` when the peer hangs up."""
+    length = frame_length(await reader.readexactly(4))
+    if length > limit:
+        raise FrameError(f"frame length {length} exceeds the {limit} bytes allowed here")
+    return decode_body(await reader.readexactly(length))

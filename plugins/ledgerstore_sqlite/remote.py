@@ -21,6 +21,7 @@ from typing import Any
 from ledgerstore.api import EventType, Notification, NotificationCallback, SessionEvent, Subscription
 from ledgerstore.errors import MetadataError, SessionExpiredError
 from ledgerstore_sqlite import protocol
+from ledgerstore_sqlite.endpoint import Endpoint
 
 __all__ = ["RemoteSession"]
 
@@ -46,20 +47,23 @@ class _RemoteSubscription(Subscription):
 
 
 class RemoteSession:
-    """A session with the metadata server listening on ``socket_path``.
+    """A session with the metadata server at ``endpoint`` (its Unix socket or its TCP listener).
 
     ``fire`` is called with :class:`SessionEvent` values; ``request_timeout`` bounds the wait
-    for one answer (a server that stopped answering is reported, not waited for forever).
+    for one answer (a server that stopped answering is reported, not waited for forever). A ping
+    unanswered within two thirds of the TTL drops the connection and reconnects, as a ZooKeeper
+    client does: a server host that went silent (no reset) is noticed before the session expires.
     """
 
     def __init__(
         self,
-        socket_path: str,
+        endpoint: Endpoint,
         ttl: float,
         fire: Callable[[SessionEvent], None],
         request_timeout: float = 30.0,
     ) -> None:
-        self.socket_path = socket_path
+        self.endpoint = endpoint
+        self.address = str(endpoint)
         self.ttl = ttl
         self.request_timeout = request_timeout
         self.session: int | None = None
@@ -78,7 +82,7 @@ class RemoteSession:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"RemoteSession({self.socket_path!r}, session={self.session})"
+        return f"RemoteSession({self.address!r}, session={self.session})"
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -102,7 +106,7 @@ class RemoteSession:
                 await asyncio.wait_for(self._request("close", {}), timeout=min(5.0, self.request_timeout))
             except (TimeoutError, MetadataError) as exc:
                 log.warning("sqlite metadata server %s: could not end the session cleanly (%s); "
-                            "its ephemeral keys vanish after its TTL", self.socket_path, exc)
+                            "its ephemeral keys vanish after its TTL", self.address, exc)
         self._disconnect()
         if self._reader_task is not None:
             self._reader_task.cancel()
@@ -114,10 +118,10 @@ class RemoteSession:
     async def call(self, op: str, **args: Any) -> Any:
         """Send one request and return its ``result``; errors come back as the store's errors."""
         if self._closed:
-            raise MetadataError(f"sqlite metadata store (server {self.socket_path}) is closed; cannot {op}")
+            raise MetadataError(f"sqlite metadata store (server {self.address}) is closed; cannot {op}")
         if self._writer is None or not self._ready:
             raise MetadataError(
-                f"the sqlite metadata server at {self.socket_path} is unreachable (reconnecting); "
+                f"the sqlite metadata server at {self.address} is unreachable (reconnecting); "
                 f"{op} was not sent - retry, or check that the metadata server runs"
             )
         return await self._request(op, args)
@@ -152,7 +156,7 @@ class RemoteSession:
     async def _request(self, op: str, args: dict[str, Any]) -> Any:
         writer = self._writer
         if writer is None:
-            raise MetadataError(f"the sqlite metadata server at {self.socket_path} is not connected; {op} was not sent")
+            raise MetadataError(f"the sqlite metadata server at {self.address} is not connected; {op} was not sent")
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -165,7 +169,7 @@ class RemoteSession:
                 return await fut
         except TimeoutError:
             raise MetadataError(
-                f"the sqlite metadata server at {self.socket_path} did not answer {op} within "
+                f"the sqlite metadata server at {self.address} did not answer {op} within "
                 f"{self.request_timeout}s; the request may or may not have been applied"
             ) from None
         finally:
@@ -176,10 +180,7 @@ class RemoteSession:
     async def _connect(self) -> bool:
         """Connect and say hello, asking for the current session back; re-create the watches.
         Returns whether the session was resumed."""
-        try:
-            reader, writer = await asyncio.open_unix_connection(self.socket_path)
-        except OSError as exc:
-            raise MetadataError(f"cannot connect to the sqlite metadata server at {self.socket_path}: {exc}") from exc
+        reader, writer = await self.endpoint.open()
         self._writer = writer
         self._ready = False
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
@@ -214,7 +215,7 @@ class RemoteSession:
         if self._writer is writer:
             self._disconnect()
         error = MetadataError(
-            f"lost the connection to the sqlite metadata server at {self.socket_path} ({why}); "
+            f"lost the connection to the sqlite metadata server at {self.address} ({why}); "
             "a request in flight may or may not have been applied"
         )
         for fut in list(self._pending.values()):
@@ -238,7 +239,7 @@ class RemoteSession:
         fut = self._pending.get(message.get("id"))  # type: ignore[arg-type]
         if fut is None or fut.done():
             if message.get("error") == "protocol":
-                log.warning("sqlite metadata server %s refused a frame: %s", self.socket_path, message.get("message"))
+                log.warning("sqlite metadata server %s refused a frame: %s", self.address, message.get("message"))
             return
         if "error" in message:
             fut.set_exception(protocol.error_from(message["error"], str(message.get("message", ""))))
@@ -261,10 +262,10 @@ class RemoteSession:
                 continue
             if resumed:
                 log.warning("reconnected to the sqlite metadata server at %s; session %s resumed",
-                            self.socket_path, self.session)
+                            self.address, self.session)
             else:
                 log.warning("reconnected to the sqlite metadata server at %s with a new session %s: the old "
-                            "one expired and its ephemeral keys were removed", self.socket_path, self.session)
+                            "one expired and its ephemeral keys were removed", self.address, self.session)
                 if not self._lost_announced:
                     self._announce(SessionEvent.LOST)
                 self._announce(SessionEvent.RESTORED)
@@ -278,7 +279,7 @@ class RemoteSession:
             self.session = int(hello["session"])
             log.warning("sqlite metadata server %s: session %s expired (this process stalled for longer than its "
                         "TTL of %ss); its ephemeral keys were removed; new session %s",
-                        self.socket_path, expired, self.ttl, self.session)
+                        self.address, expired, self.ttl, self.session)
             self._announce(SessionEvent.LOST)
             self._announce(SessionEvent.RESTORED)
 
@@ -288,8 +289,15 @@ class RemoteSession:
             if not self._ready:
                 continue
             sid = self.session
+            writer = self._writer
             try:
-                await self._request("ping", {})
+                async with asyncio.timeout(self.ttl * 2 / 3):
+                    await self._request("ping", {})
+            except TimeoutError:
+                if writer is not None and writer is self._writer:
+                    log.warning("the sqlite metadata server at %s did not answer a ping within %.1fs; "
+                                "dropping the connection to reconnect", self.address, self.ttl * 2 / 3)
+                    writer.transport.abort()  # the read loop fails what is pending and reconnects
             except SessionExpiredError:
                 try:
                     await self._replace_session(sid)
@@ -303,4 +311,4 @@ class RemoteSession:
         try:
             self._fire(event)
         except Exception:
-            log.exception("sqlite metadata server %s: a session listener failed on %r", self.socket_path, event)
+            log.exception("sqlite metadata server %s: a session listener failed on %r", self.address, event)

@@ -1,5 +1,6 @@
 """The sqlite metadata server: one process owns the database file and serves the MetadataStore
-primitives to every other process over a Unix domain socket.
+primitives to every other process over a Unix domain socket and, when asked, a TCP listener for
+processes on other hosts.
 
 Why: with direct file access every process takes sqlite's write lock itself, so one process
 paused inside a write transaction (SIGSTOP, a debugger) blocks every other writer of the machine
@@ -9,7 +10,11 @@ sending, and its session expires after its TTL like a ZooKeeper session.
 Discovery: the server holds an exclusive ``flock`` on ``<db>.lock`` for its whole life and writes
 its socket's path into that file. A client that can take a shared lock on it knows no server runs
 (a socket file left by a killed server is stale, not live); one that cannot reads the socket path.
-See ``docs/metadata-sqlite.md``.
+TCP: every connection proves the shared secret before its first request
+(:mod:`ledgerstore_sqlite.auth`). A connection that has not done so within ``auth_timeout`` is
+closed, and at most ``max_unauthenticated`` of them are kept at once (more are closed on accept),
+so idle or hostile peers cannot make the server hold unbounded memory. A refused peer is logged
+by address, never with what it sent. See ``docs/metadata-sqlite.md``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import os
 from typing import Any
 
 from ledgerstore.api import Notification, Subscription
-from ledgerstore.errors import LedgerStoreError, SessionExpiredError
-from ledgerstore_sqlite import protocol
-from ledgerstore_sqlite.discovery import lock_path, socket_path_for, take_lock
+from ledgerstore.errors import ConfigError, LedgerStoreError, SessionExpiredError
+from ledgerstore_sqlite import auth, protocol
+from ledgerstore_sqlite.discovery import format_address, is_wildcard, lock_path, socket_path_for, take_lock
+from ledgerstore_sqlite.endpoint import AUTH_FRAME_LIMIT
 from ledgerstore_sqlite.store import SqliteMetadataStore, engine_store
 
 __all__ = ["MetadataServer", "serve"]
@@ -33,6 +39,10 @@ log = logging.getLogger(__name__)
 #: a client's write buffer past this many bytes (it stopped reading notifications) ends its
 #: connection, so a paused client cannot make the server hold unbounded memory
 _MAX_BUFFERED = 32 * 1024 * 1024
+#: default seconds a TCP peer has to authenticate: a handshake is two frames, one round trip
+AUTH_TIMEOUT_S = 5.0
+#: default TCP connections kept while they authenticate; each holds at most a 4 KiB frame
+MAX_UNAUTHENTICATED = 64
 
 
 class MetadataServer:
@@ -40,6 +50,11 @@ class MetadataServer:
 
     ``reap_interval``: seconds between sweeps that end expired client sessions (and delete
     their ephemeral keys); a session is gone at most this long after its TTL.
+
+    ``listen``: also serve TCP on ``(host, port)`` (port 0: a free one, see :attr:`tcp_address`),
+    every connection authenticated with ``secret`` (required with ``listen``). A wildcard host
+    (``0.0.0.0``, ``::``) is refused unless ``listen_any``. ``auth_timeout`` and
+    ``max_unauthenticated`` bound the connections that have not authenticated yet.
     """
 
     def __init__(
@@ -49,7 +64,20 @@ class MetadataServer:
         reap_interval: float = 0.25,
         synchronous: str = "full",
         busy_timeout: float = 30.0,
+        listen: tuple[str, int] | None = None,
+        secret: bytes | None = None,
+        listen_any: bool = False,
+        auth_timeout: float = AUTH_TIMEOUT_S,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
     ) -> None:
+        if listen is not None:
+            if secret is None:
+                raise ConfigError("a TCP listener needs a secret_file: nothing is served over TCP without credentials")
+            if is_wildcard(listen[0]) and not listen_any:
+                raise ConfigError(
+                    f"listen address {format_address(*listen)} binds every interface; name the address "
+                    "clients reach, or pass --listen-any to mean it"
+                )
         self.db_path = os.path.abspath(db_path)
         self.socket_path = socket_path_for(self.db_path)
         self.engine = engine_store(
@@ -58,6 +86,15 @@ class MetadataServer:
         self._lock_fd: int | None = None
         self._server: asyncio.Server | None = None
         self._conns: set[_Connection] = set()
+        self.listen = listen
+        self._secret = secret
+        self.auth_timeout = auth_timeout
+        self.max_unauthenticated = max_unauthenticated
+        self._tcp: asyncio.Server | None = None
+        #: TCP connections still authenticating
+        self._authenticating: set[asyncio.StreamWriter] = set()
+        #: ``(host, port)`` the TCP listener is bound to, once started
+        self.tcp_address: tuple[str, int] | None = None
 
     async def start(self) -> None:
         """Take the lock, open the database and listen. :class:`MetadataError` if another
@@ -70,6 +107,10 @@ class MetadataServer:
                 os.unlink(self.socket_path)  # left by a killed server: the lock says it is stale
             self._server = await asyncio.start_unix_server(self._accept, path=self.socket_path)
             os.chmod(self.socket_path, 0o600)
+            if self.listen is not None:
+                self._tcp = await asyncio.start_server(self._accept_tcp, *self.listen)
+                host, port = self._tcp.sockets[0].getsockname()[:2]
+                self.tcp_address = (str(host), int(port))
             os.ftruncate(self._lock_fd, 0)
             os.pwrite(self._lock_fd, self.socket_path.encode() + b"\n", 0)
             os.fsync(self._lock_fd)
@@ -80,11 +121,14 @@ class MetadataServer:
     async def close(self) -> None:
         """Stop listening, drop every connection (their sessions then expire after their TTL, as
         if the server had died), close the database and release the lock. Idempotent."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        for server in (self._server, self._tcp):
+            if server is not None:
+                server.close()
+        self._server = self._tcp = None
         for conn in list(self._conns):
             conn.abort()
+        for writer in list(self._authenticating):
+            writer.transport.abort()
         await self.engine.close()
         if self._lock_fd is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -101,6 +145,49 @@ class MetadataServer:
             await conn.run()
         finally:
             self._conns.discard(conn)
+
+    async def _accept_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer)
+        if len(self._authenticating) >= self.max_unauthenticated:
+            log.warning("closed a connection from %s: %d connections are already authenticating",
+                        peer, len(self._authenticating))
+            writer.transport.abort()
+            return
+        self._authenticating.add(writer)
+        try:
+            ok = await self._authenticate(reader, writer, peer)
+        finally:
+            self._authenticating.discard(writer)
+        if ok:
+            await self._accept(reader, writer)
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> bool:
+        """Run the handshake of :mod:`ledgerstore_sqlite.auth`; False (connection closed) if it fails."""
+        assert self._secret is not None
+        nonce = auth.new_nonce()
+        try:
+            writer.write(protocol.encode(auth.challenge(nonce)))
+            async with asyncio.timeout(self.auth_timeout):
+                message = await protocol.read_frame(reader, AUTH_FRAME_LIMIT)
+            writer.write(protocol.encode(auth.check_auth(self._secret, nonce, message)))
+            return True
+        except (auth.MetadataAuthError, protocol.FrameError) as exc:
+            log.warning("refused a connection from %s: %s", peer, exc)
+            code = "unauthorized" if isinstance(exc, auth.MetadataAuthError) else "protocol"
+            writer.write(protocol.encode({"id": 0, "error": code, "message": str(exc)}))
+            writer.close()
+        except TimeoutError:
+            log.warning("closed a connection from %s: it did not authenticate within %ss", peer, self.auth_timeout)
+            writer.transport.abort()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            log.info("a connection from %s hung up before authenticating", peer)
+            writer.transport.abort()
+        return False
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return format_address(str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else str(peer)
 
 
 class _Connection:
@@ -251,7 +338,8 @@ async def serve(db_path: str, stop: asyncio.Event, **options: Any) -> None:
     """Run a :class:`MetadataServer` until ``stop`` is set."""
     server = MetadataServer(db_path, **options)
     await server.start()
-    log.info("sqlite metadata server for %s listening on %s", server.db_path, server.socket_path)
+    log.info("sqlite metadata server for %s listening on %s%s", server.db_path, server.socket_path,
+             "" if server.tcp_address is None else f" and tcp {format_address(*server.tcp_address)}")
     try:
         await stop.wait()
     finally:

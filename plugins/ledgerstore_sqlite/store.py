@@ -49,7 +49,9 @@ from ledgerstore.errors import (
     SessionExpiredError,
 )
 from ledgerstore_sqlite import protocol, schema
-from ledgerstore_sqlite.discovery import live_socket
+from ledgerstore_sqlite.auth import read_secret
+from ledgerstore_sqlite.discovery import live_socket, parse_address
+from ledgerstore_sqlite.endpoint import Endpoint, TcpEndpoint, UnixEndpoint
 from ledgerstore_sqlite.remote import RemoteSession
 from ledgerstore_sqlite.schema import immediate
 
@@ -59,6 +61,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SCHEME = "sqlite://"
+#: a metadata server on another host: ``sqlite+tcp://HOST:PORT``
+_TCP_SCHEME = "sqlite+tcp://"
 #: change rows fetched per poll; a full batch is followed by another fetch without sleeping
 _POLL_BATCH = 5000
 #: keys fetched per step of the children() scan
@@ -84,6 +88,27 @@ def path_from_uri(uri: str) -> str:
     if not path:
         raise ConfigError(f"sqlite metadata URI {uri!r} names no file; use sqlite:///absolute/path/meta.db")
     return os.path.abspath(path)
+
+
+def _tcp_endpoint(uri: str, opts: SqliteMetadataStore.Options) -> TcpEndpoint:
+    """The TCP listener a ``sqlite+tcp://HOST:PORT`` URI names, with the secret of ``secret_file``."""
+    rest = uri[len(_TCP_SCHEME) :]
+    if "@" in rest or "?" in rest:
+        raise ConfigError(
+            f"metadata URI {uri!r}: a sqlite+tcp URI holds HOST:PORT only; the secret goes in the file "
+            "named by metadata option 'secret_file'"
+        )
+    host, port = parse_address(rest.rstrip("/"), f"metadata URI {uri!r}:")
+    if port == 0:
+        raise ConfigError(f"metadata URI {uri!r} names port 0; use the port the metadata server printed when ready")
+    if opts.server == "never":
+        raise ConfigError(f"metadata URI {uri!r} is a metadata server's address; metadata option server='never' "
+                          "cannot open a file there")
+    if opts.secret_file is None:
+        raise ConfigError(f"metadata URI {uri!r} needs metadata option 'secret_file': the metadata server "
+                          "serves TCP only to clients that prove its secret")
+    return TcpEndpoint(host, port, read_secret(opts.secret_file, "metadata option 'secret_file'"),
+                       opts.connect_timeout)
 
 
 def _norm_key(key: str) -> str:
@@ -140,11 +165,14 @@ class SqliteMetadataStore(MetadataStore):
     table while watches exist, default 0.05), ``busy_timeout`` (seconds to wait for another
     process's write lock, default 30), ``synchronous`` (``"full"``, the default, or ``"normal"``).
 
+    ``sqlite+tcp://HOST:PORT`` reaches a metadata server's TCP listener on another host; the
+    option ``secret_file`` names the file holding the secret shared with it (never the URI).
+
     Versions are values of one global revision counter. A plain ``put`` on an ephemeral key keeps
     it ephemeral and owned by its session (as in ZooKeeper); ``put_ephemeral`` takes it over.
     """
 
-    schemes = ("sqlite",)
+    schemes = ("sqlite", "sqlite+tcp")
     supports_session_events = True
 
     @dataclasses.dataclass(frozen=True)
@@ -161,18 +189,36 @@ class SqliteMetadataStore(MetadataStore):
         synchronous: str = option("full", "sqlite's synchronous mode", choices=("full", "normal"))
         server: str = option("auto", "reach the database through its metadata server: 'auto' when one runs, "
                              "'require' (fail without one) or 'never' (open the file)", choices=SERVER_MODES)
+        secret_file: str | None = option(None, "sqlite+tcp:// only: the file (mode 0600) holding the secret "
+                                         "shared with the metadata server")
+        operation_timeout: float | None = option(None, "seconds to wait for one answer from the metadata server "
+                                                 "(default busy_timeout)", minimum=0.001, maximum=MAX_DURATION_S)
+        connect_timeout: float = option(5.0, "sqlite+tcp:// only: seconds to connect to the metadata server and "
+                                        "authenticate", minimum=0.001, maximum=MAX_DURATION_S)
 
     def __init__(self, uri: str, options: SqliteMetadataStore.Options | None = None, /, **values: Any) -> None:
         """``options``: the ``metadata_options`` table as the host parsed it; a store built in code
         may pass the table as keyword arguments instead (parsed by the same rules)."""
         super().__init__(uri, options, **values)
         opts: SqliteMetadataStore.Options = self.options
-        self.path = path_from_uri(uri)
+        #: the metadata server's TCP listener, for a ``sqlite+tcp://`` URI
+        self.tcp: TcpEndpoint | None = None
+        if uri.startswith(_TCP_SCHEME):
+            self.tcp = _tcp_endpoint(uri, opts)
+            self.path = uri
+        else:
+            if opts.secret_file is not None:
+                raise ConfigError(
+                    f"metadata option 'secret_file' is for sqlite+tcp://HOST:PORT; {uri!r} is reached "
+                    "through the local file system"
+                )
+            self.path = path_from_uri(uri)
         # session_timeout is the name every metadata backend understands; session_ttl is sqlite's own
         self.session_ttl: float = (opts.session_ttl if opts.session_ttl is not None
                                    else 10.0 if opts.session_timeout is None else opts.session_timeout)
         self.poll_interval = opts.poll_interval
         self.busy_timeout = opts.busy_timeout
+        self.operation_timeout = opts.busy_timeout if opts.operation_timeout is None else opts.operation_timeout
         self.synchronous = opts.synchronous.upper()
         self.server_mode = opts.server
         #: set when a metadata server serves the file: every primitive goes through it
@@ -222,18 +268,23 @@ class SqliteMetadataStore(MetadataStore):
 
     async def _start_remote(self) -> bool:
         """Connect to the file's metadata server if one runs (and ``server`` allows it)."""
-        if self.server_mode == "never":
-            return False
-        socket_path = await asyncio.get_running_loop().run_in_executor(None, live_socket, self.path)
-        if socket_path is None:
-            if self.server_mode == "require":
-                raise MetadataError(
-                    f"no sqlite metadata server serves {self.path} (option server='require'); start one with "
-                    f"'ledgerstore metadata-server --db {self.path}', or set metadata_options server = 'never' "
-                    "to open the file directly"
-                )
-            return False
-        remote = RemoteSession(socket_path, self.session_ttl, self._fire_session_event, self.busy_timeout)
+        endpoint: Endpoint
+        if self.tcp is not None:
+            endpoint = self.tcp
+        else:
+            if self.server_mode == "never":
+                return False
+            socket_path = await asyncio.get_running_loop().run_in_executor(None, live_socket, self.path)
+            if socket_path is None:
+                if self.server_mode == "require":
+                    raise MetadataError(
+                        f"no sqlite metadata server serves {self.path} (option server='require'); start one with "
+                        f"'ledgerstore metadata-server --db {self.path}', or set metadata_options server = 'never' "
+                        "to open the file directly"
+                    )
+                return False
+            endpoint = UnixEndpoint(socket_path)
+        remote = RemoteSession(endpoint, self.session_ttl, self._fire_session_event, self.operation_timeout)
         await remote.start()
         self._remote = remote
         self._session_id = remote.session

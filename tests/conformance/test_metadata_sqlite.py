@@ -1,5 +1,6 @@
 """The MetadataStore conformance suite against the sqlite backend on a real database file:
-once opening the file directly, once through a real ``ledgerstore metadata-server`` process."""
+once opening the file directly, once through a real ``ledgerstore metadata-server`` process's
+Unix socket, once through its TCP listener (``sqlite+tcp://``, with a secret file)."""
 
 import asyncio
 import contextlib
@@ -12,6 +13,7 @@ import pytest
 from ledgerstore.cluster import start_metadata_server_process, stop_process
 from ledgerstore.testing import MetadataStoreConformance
 from ledgerstore_sqlite import SqliteMetadataStore
+from tests.unit.test_sqlite_tcp import TcpServer, write_secret
 
 
 def _delete_session_row(db: Path, session: int | None) -> None:
@@ -86,3 +88,25 @@ class TestSqliteMetadataStoreThroughServer(MetadataStoreConformance):
             asyncio.run(main())
         finally:
             paused.close()
+
+
+class TestSqliteMetadataStoreOverTcp(MetadataStoreConformance):
+    @pytest.fixture
+    def server(self, tmp_path: Path) -> Iterator[TcpServer]:
+        srv = TcpServer(tmp_path, write_secret(tmp_path / "secret"), "--reap-interval", "0.1")
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+    @pytest.fixture
+    def store_factory(self, server: TcpServer, tmp_path: Path):
+        return lambda: SqliteMetadataStore(server.uri, secret_file=str(tmp_path / "secret"), session_ttl=2.0)
+
+    @pytest.fixture
+    def expire_session(self, server: TcpServer):
+        async def expire(store: SqliteMetadataStore) -> None:
+            assert store._remote is not None, "the store did not go through the server"
+            _delete_session_row(server.db, store._remote.session)
+
+        return expire

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ledgerstore_sqlite.endpoint import UnixEndpoint
 from ledgerstore_sqlite.remote import RemoteSession
 
 
@@ -23,7 +24,7 @@ class _Writer:
 
 def test_a_request_cancelled_as_its_answer_arrives_stays_cancelled() -> None:
     async def main() -> None:
-        session = RemoteSession("/nonexistent.sock", 10.0, lambda *_: None, 30.0)
+        session = RemoteSession(UnixEndpoint("/nonexistent.sock"), 10.0, lambda *_: None, 30.0)
         session._writer = _Writer()  # type: ignore[assignment]
         session._ready = True
         task = asyncio.get_running_loop().create_task(session.call("get", key="/x"))
