@@ -6,6 +6,7 @@ healed; the cluster is removed when the module ends, passed or failed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 
 from ledgerstore.testing.netns import NetCluster, Service, net_cluster_factory, require_netns
 
-__all__ = ["Agent", "MultiHost", "host_of", "net_cluster_factory"]
+__all__ = ["Agent", "MultiHost", "cluster_hosts", "host_of", "net_cluster_factory", "start_bookies"]
 
 AGENT = str(Path(__file__).with_name("agent.py"))
 BOOKIES = ["b1", "b2", "b3", "b4", "b5"]
@@ -88,15 +89,17 @@ def host_of(bookie_id: str) -> str:
 class MultiHost:
     """The running cluster: the network, the metadata URI and the topology file."""
 
-    def __init__(self, net: NetCluster, metadata: str, topology: Path) -> None:
+    def __init__(self, net: NetCluster, metadata: str, topology: Path, **agent_options: Any) -> None:
         self.net = net
         self.metadata = metadata
         self.topology = topology
+        #: client options every agent of this cluster starts with (a test's own win)
+        self.agent_options = agent_options
         self.agents: list[Agent] = []
 
     def agent(self, host: str, **options: Any) -> Agent:
         """A client process on ``host`` (stopped when the test ends)."""
-        agent = Agent(self.net, host, self.metadata, **options)
+        agent = Agent(self.net, host, self.metadata, **{**self.agent_options, **options})
         self.agents.append(agent)
         return agent
 
@@ -108,15 +111,30 @@ class MultiHost:
             time.sleep(0.3)
 
 
+@contextlib.contextmanager
+def cluster_hosts(tmp_path_factory: pytest.TempPathFactory, name: str, bookies: list[str]) -> Iterator[NetCluster]:
+    """A started network of hosts ``meta``, ``bookies``, ``c1`` and ``c2``, removed on exit
+    (skips the module without namespaces)."""
+    require_netns()
+    net = NetCluster(["meta", *bookies, "c1", "c2"], workdir=tmp_path_factory.mktemp(name))
+    try:
+        yield net.start()
+    finally:
+        net.close()
+
+
+def start_bookies(net: NetCluster, bookies: list[str], metadata: str, extra: str) -> None:
+    """Start a bookie on each host of ``bookies`` at once and wait until all are ready."""
+    services = [net.start_bookie(b, metadata, extra, wait=False) for b in bookies]
+    for svc in services:
+        net.wait_for(svc, " ready\n", 60.0)
+
+
 @pytest.fixture(scope="module")
 def multihost(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHost]:
     """The cluster of this module's docstring, built once per test module."""
-    require_netns()
-    work = tmp_path_factory.mktemp("multihost")
-    net = NetCluster(["meta", *BOOKIES, "c1", "c2"], workdir=work)
-    try:
-        net.start()
-        topology = work / "topology.txt"
+    with cluster_hosts(tmp_path_factory, "multihost", BOOKIES) as net:
+        topology = net.workdir / "topology.txt"
         topology.write_text("".join(f"{net.host(b).hostname} {rack}\n" for b, rack in RACKS.items()))
         metadata = net.start_etcd("meta").uri("/ledgers")
         net.init_cluster("c1", metadata)
@@ -129,12 +147,8 @@ def multihost(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHost]:
             'placement = "rack-aware"\n'
             f'placement_options = {{ topology_file = "{topology}" }}\n'
         )
-        services = [net.start_bookie(b, metadata, extra, wait=False) for b in BOOKIES]
-        for svc in services:
-            net.wait_for(svc, " ready\n", 60.0)
+        start_bookies(net, BOOKIES, metadata, extra)
         yield MultiHost(net, metadata, topology)
-    finally:
-        net.close()
 
 
 @pytest.fixture

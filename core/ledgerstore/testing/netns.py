@@ -14,6 +14,9 @@ the machine's network: traffic flows only between the addresses the cluster made
         net.cut("client", ["meta"])    # the client no longer reaches the metadata server
         net.heal()                     # every link up, every cut removed
 
+The metadata host may run ZooKeeper (:meth:`NetCluster.start_zookeeper`) or the sqlite metadata
+server (:meth:`NetCluster.start_sqlite`: ``sqlite+tcp://`` with a secret file) instead of etcd.
+
 Processes run inside a host with ``ip netns exec``, which also bind-mounts the namespace's
 ``/etc/netns/NAME/hosts`` over ``/etc/hosts``, so the hostnames resolve there and only there.
 
@@ -61,6 +64,7 @@ __all__ = [
     "ZOOKEEPER_PORT",
     "Host",
     "NetCluster",
+    "SQLITE_PORT",
     "NetnsError",
     "Service",
     "attach",
@@ -75,6 +79,8 @@ BOOKIE_PORT = 3181
 ETCD_PORT = 2379
 #: the ZooKeeper client port on the metadata host
 ZOOKEEPER_PORT = 2181
+#: the sqlite metadata server's TCP port on the metadata host
+SQLITE_PORT = 4181
 #: where a running cluster records its namespaces, so another process can partition or remove it
 STATE_DIR = Path("/run/ledgerstore-netns")
 NETNS_ETC = Path("/etc/netns")
@@ -155,6 +161,8 @@ class Service:
     proc: subprocess.Popen[bytes]
     log_path: Path
     port: int = 0
+    #: the file holding the secret its clients prove (the sqlite metadata server's)
+    secret_file: Path | None = None
 
     @property
     def address(self) -> str:
@@ -162,7 +170,10 @@ class Service:
         return f"{self.host.address}:{self.port}"
 
     def uri(self, root: str = "/ledgerstore", scheme: str = "etcd") -> str:
-        """A metadata-store URI for this service, by the host's address."""
+        """A metadata-store URI for this service, by the host's address (``sqlite+tcp`` names
+        the address only: the sqlite metadata server serves one database, with no root)."""
+        if scheme == "sqlite+tcp":
+            return f"{scheme}://{self.address}"
         return f"{scheme}://{self.address}/{root.lstrip('/')}"
 
     def log_text(self) -> str:
@@ -355,6 +366,25 @@ class NetCluster:
             if svc.proc.poll() is not None or time.monotonic() > deadline:
                 raise NetnsError(f"ZooKeeper on {host} did not start: {svc.log_text()[-500:] or '(nothing logged)'}")
             time.sleep(0.2)
+
+    def start_sqlite(self, host: str, timeout: float = 30.0) -> Service:
+        """A sqlite metadata server (``ledgerstore metadata-server``) on ``host``, serving TCP on
+        the host's address, port :data:`SQLITE_PORT`, to clients that prove the secret in its
+        :attr:`Service.secret_file` (made here, mode 0600). Clients use ``svc.uri(scheme="sqlite+tcp")``
+        with the metadata option ``secret_file``."""
+        h = self.host(host)
+        d = self.workdir / f"sqlite-{h.name}"
+        d.mkdir(parents=True, exist_ok=True)
+        secret = d / "secret"
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(os.urandom(32).hex() + "\n")
+        svc = self.popen(host, [sys.executable, "-m", "ledgerstore", "metadata-server", "--db", str(d / "meta.db"),
+                                "--listen", f"{h.address}:{SQLITE_PORT}", "--secret-file", str(secret)],
+                         log=f"sqlite-{h.name}.log", port=SQLITE_PORT)
+        svc.secret_file = secret
+        self.wait_for(svc, " ready on ", timeout)
+        return svc
 
     def bookie_config(self, host: str, metadata: str, extra: str = "", *, listen_any: bool = False,
                       scheme: str = "tcp") -> Path:
