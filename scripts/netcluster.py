@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A ledgerstore cluster across test hosts on this machine (network namespaces; needs root).
 
-    scripts/netcluster.py up [--bookies 5] [--clients 2]   # etcd on "meta", bookies b1.., clients c1..
+    scripts/netcluster.py up [--bookies 5] [--clients 2] [--metadata etcd|zookeeper|sqlite]
+                                                            # metadata on "meta", bookies b1.., clients c1..
     scripts/netcluster.py exec TAG HOST -- COMMAND...       # run a command on a host
     scripts/netcluster.py link-down TAG HOST                # silent partition of HOST
     scripts/netcluster.py link-up TAG HOST
@@ -10,7 +11,9 @@
     scripts/netcluster.py down TAG                          # remove a cluster left behind
 
 ``up`` prints the cluster's tag, hosts and metadata URI, then runs until Ctrl-C and removes
-everything it made. See docs/deploy-multihost.md.
+everything it made. With ``--metadata sqlite`` the metadata host runs ``ledgerstore
+metadata-server`` on TCP with a secret file, and ``up`` writes a client config naming both.
+See docs/deploy-multihost.md.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.testing.netns import NetCluster, attach, cut, link, remove_cluster
@@ -31,17 +35,32 @@ def _up(args: argparse.Namespace) -> None:
     with NetCluster(["meta", *bookies, *clients]) as net:
         topology = net.workdir / "topology.txt"
         topology.write_text("".join(f"{net.host(b).hostname} /rack{i % 3}\n" for i, b in enumerate(bookies)))
-        metadata = net.start_etcd("meta").uri("/ledgers")
-        net.init_cluster(clients[0] if clients else "meta", metadata)
+        extra, client_config = "", ""
+        if args.metadata == "sqlite":
+            server = net.start_sqlite("meta")
+            metadata = server.uri(scheme="sqlite+tcp")
+            options = f'metadata_options = {{ secret_file = "{server.secret_file}" }}\n'
+            extra = options
+            # the metadata host reaches its own server through the Unix socket next to the database
+            net.init_cluster("meta", f"sqlite://{net.workdir / 'sqlite-meta' / 'meta.db'}")
+            client_config = str(net.workdir / "client.toml")
+            Path(client_config).write_text(f'[client]\nmetadata = "{metadata}"\n{options}')
+        else:
+            server = net.start_etcd("meta") if args.metadata == "etcd" else net.start_zookeeper("meta")
+            metadata = server.uri("/ledgers", scheme="etcd" if args.metadata == "etcd" else "zk")
+            net.init_cluster(clients[0] if clients else "meta", metadata)
         for b in bookies:
-            net.start_bookie(b, metadata, wait=False)
+            net.start_bookie(b, metadata, extra, wait=False)
         for svc in net.services[1:]:
             net.wait_for(svc, " ready\n", 60.0)
         print(f"cluster {net.tag} on {net.subnet} (work directory {net.workdir})")
         for h in net.hosts.values():
             print(f"  {h.name:6} {h.address:15} {h.hostname:22} netns {h.netns}")
         print(f"metadata: {metadata}\ntopology file: {topology}")
-        print(f"run a client: {sys.argv[0]} exec {net.tag} c1 -- ledgerstore shell --metadata {metadata} listbookies")
+        where = f"--config {client_config}" if client_config else f"--metadata {metadata}"
+        if client_config:
+            print(f"client config: {client_config} (secret file {server.secret_file})")
+        print(f"run a client: {sys.argv[0]} exec {net.tag} c1 -- ledgerstore shell {where} listbookies")
         print("Ctrl-C removes the cluster", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -57,6 +76,8 @@ def main() -> int:
     up = sub.add_parser("up", help="start a cluster and keep it until Ctrl-C")
     up.add_argument("--bookies", type=int, default=5)
     up.add_argument("--clients", type=int, default=2)
+    up.add_argument("--metadata", choices=("etcd", "zookeeper", "sqlite"), default="etcd",
+                    help="the metadata server on host meta (default etcd)")
     for name in ("link-down", "link-up"):
         p = sub.add_parser(name)
         p.add_argument("tag")
