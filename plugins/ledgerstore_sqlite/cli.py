@@ -19,6 +19,7 @@ from ledgerstore_sqlite.auth import read_secret
 from ledgerstore_sqlite.discovery import format_address, parse_address
 from ledgerstore_sqlite.server import AUTH_TIMEOUT_S, MAX_UNAUTHENTICATED, MetadataServer
 from ledgerstore_sqlite.store import path_from_uri
+from ledgerstore_sqlite.tls import server_context
 
 __all__ = ["metadata_server"]
 
@@ -31,6 +32,7 @@ async def _run(server: MetadataServer) -> None:
     await server.start()
     # The line supervisors (LocalCluster) wait for.
     tcp = "" if server.tcp_address is None else f" and tcp {format_address(*server.tcp_address)}"
+    tcp += " (TLS)" if server.tcp_address is not None and server.tls is not None else ""
     print(f"metadata server for {server.db_path} ready on {server.socket_path}{tcp}", flush=True)
     waiters: set[asyncio.Task[Any]] = {loop.create_task(stop.wait())}
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
@@ -60,10 +62,14 @@ async def _run(server: MetadataServer) -> None:
               help="seconds a TCP connection has to authenticate before it is closed")
 @click.option("--max-unauthenticated", default=MAX_UNAUTHENTICATED, show_default=True,
               type=click.IntRange(min=1), help="TCP connections allowed to be authenticating at once")
+@click.option("--tls-cert-file", default=None, metavar="PEM",
+              help="serve TCP inside TLS with this certificate chain (with --tls-key-file)")
+@click.option("--tls-key-file", default=None, metavar="PEM", help="the private key of --tls-cert-file")
 @click.option("--log-level", default="INFO", show_default=True)
 @handle_errors
 def metadata_server(db: str, reap_interval: float, synchronous: str, listen: str | None, listen_any: bool,
-                    secret_file: str | None, auth_timeout: float, max_unauthenticated: int, log_level: str) -> None:
+                    secret_file: str | None, auth_timeout: float, max_unauthenticated: int,
+                    tls_cert_file: str | None, tls_key_file: str | None, log_level: str) -> None:
     """Serve a sqlite metadata database to every process of this machine over a Unix socket
     (<db>.sock), so no client holds the file's lock: one paused process cannot stop the others.
     Clients configured with sqlite://<db> find it by themselves. With --listen, processes on
@@ -73,11 +79,16 @@ def metadata_server(db: str, reap_interval: float, synchronous: str, listen: str
     path = path_from_uri(db) if db.startswith("sqlite://") else os.path.abspath(db)
     if secret_file is not None and listen is None:
         raise ConfigError("--secret-file is for the TCP listener; give --listen HOST:PORT too")
+    if (tls_cert_file is None) != (tls_key_file is None):
+        raise ConfigError("--tls-cert-file and --tls-key-file go together: give both or neither")
+    if tls_cert_file is not None and listen is None:
+        raise ConfigError("--tls-cert-file is for the TCP listener; give --listen HOST:PORT too")
+    tls = None if tls_cert_file is None or tls_key_file is None else server_context(tls_cert_file, tls_key_file)
     address = None if listen is None else parse_address(listen, "--listen")
     secret = None if secret_file is None else read_secret(secret_file, "--secret-file")
     server = MetadataServer(path, reap_interval=reap_interval, synchronous=synchronous, listen=address,
                             secret=secret, listen_any=listen_any, auth_timeout=auth_timeout,
-                            max_unauthenticated=max_unauthenticated)
+                            max_unauthenticated=max_unauthenticated, tls=tls)
     asyncio.run(_run(server))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+import ssl
 
 from ledgerstore.errors import MetadataError
 from ledgerstore_sqlite import auth, protocol
@@ -53,12 +54,15 @@ class UnixEndpoint(Endpoint):
 
 @dataclasses.dataclass(frozen=True)
 class TcpEndpoint(Endpoint):
-    """The server's TCP listener at ``host:port``, authenticated with ``secret``."""
+    """The server's TCP listener at ``host:port``, authenticated with ``secret``; inside TLS when
+    ``tls`` is given (the server's certificate must name ``server_hostname``, by default ``host``)."""
 
     host: str
     port: int
     secret: bytes = dataclasses.field(repr=False)
     connect_timeout: float = 5.0
+    tls: ssl.SSLContext | None = None
+    server_hostname: str | None = None
 
     def __str__(self) -> str:
         return format_address(self.host, self.port)
@@ -66,7 +70,10 @@ class TcpEndpoint(Endpoint):
     async def open(self) -> Streams:
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_connection(self.host, self.port)
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self.tls,
+                    server_hostname=(self.server_hostname or self.host) if self.tls is not None else None,
+                )
                 try:
                     await self._authenticate(reader, writer)
                 except BaseException:
@@ -82,7 +89,8 @@ class TcpEndpoint(Endpoint):
         except asyncio.IncompleteReadError:
             raise MetadataError(
                 f"the sqlite metadata server at {self} hung up during authentication (too many clients "
-                "authenticating at once, or not a sqlite metadata server)"
+                "authenticating at once, a TLS listener reached without metadata option 'ca_file', or not a "
+                "sqlite metadata server)"
             ) from None
         return reader, writer
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from typing import Any
 
 from ledgerstore.api import Notification, Subscription
@@ -54,7 +55,8 @@ class MetadataServer:
     ``listen``: also serve TCP on ``(host, port)`` (port 0: a free one, see :attr:`tcp_address`),
     every connection authenticated with ``secret`` (required with ``listen``). A wildcard host
     (``0.0.0.0``, ``::``) is refused unless ``listen_any``. ``auth_timeout`` and
-    ``max_unauthenticated`` bound the connections that have not authenticated yet.
+    ``max_unauthenticated`` bound the connections that have not authenticated yet. ``tls``: serve
+    TCP inside TLS with this context (a TLS handshake must also end within ``auth_timeout``).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class MetadataServer:
         listen_any: bool = False,
         auth_timeout: float = AUTH_TIMEOUT_S,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if listen is not None:
             if secret is None:
@@ -91,6 +94,7 @@ class MetadataServer:
         self.auth_timeout = auth_timeout
         self.max_unauthenticated = max_unauthenticated
         self._tcp: asyncio.Server | None = None
+        self.tls = tls
         #: TCP connections still authenticating
         self._authenticating: set[asyncio.StreamWriter] = set()
         #: ``(host, port)`` the TCP listener is bound to, once started
@@ -108,7 +112,10 @@ class MetadataServer:
             self._server = await asyncio.start_unix_server(self._accept, path=self.socket_path)
             os.chmod(self.socket_path, 0o600)
             if self.listen is not None:
-                self._tcp = await asyncio.start_server(self._accept_tcp, *self.listen)
+                self._tcp = await asyncio.start_server(
+                    self._accept_tcp, *self.listen, ssl=self.tls,
+                    ssl_handshake_timeout=self.auth_timeout if self.tls is not None else None,
+                )
                 host, port = self._tcp.sockets[0].getsockname()[:2]
                 self.tcp_address = (str(host), int(port))
             os.ftruncate(self._lock_fd, 0)

@@ -54,6 +54,7 @@ from ledgerstore_sqlite.discovery import live_socket, parse_address
 from ledgerstore_sqlite.endpoint import Endpoint, TcpEndpoint, UnixEndpoint
 from ledgerstore_sqlite.remote import RemoteSession
 from ledgerstore_sqlite.schema import immediate
+from ledgerstore_sqlite.tls import client_context
 
 __all__ = ["SERVER_MODES", "SqliteMetadataStore", "engine_store", "path_from_uri"]
 
@@ -108,7 +109,8 @@ def _tcp_endpoint(uri: str, opts: SqliteMetadataStore.Options) -> TcpEndpoint:
         raise ConfigError(f"metadata URI {uri!r} needs metadata option 'secret_file': the metadata server "
                           "serves TCP only to clients that prove its secret")
     return TcpEndpoint(host, port, read_secret(opts.secret_file, "metadata option 'secret_file'"),
-                       opts.connect_timeout)
+                       opts.connect_timeout, None if opts.ca_file is None else client_context(opts.ca_file),
+                       opts.server_hostname)
 
 
 def _norm_key(key: str) -> str:
@@ -166,7 +168,8 @@ class SqliteMetadataStore(MetadataStore):
     process's write lock, default 30), ``synchronous`` (``"full"``, the default, or ``"normal"``).
 
     ``sqlite+tcp://HOST:PORT`` reaches a metadata server's TCP listener on another host; the
-    option ``secret_file`` names the file holding the secret shared with it (never the URI).
+    option ``secret_file`` names the file holding the secret shared with it (never the URI), and
+    ``ca_file`` switches that connection to TLS.
 
     Versions are values of one global revision counter. A plain ``put`` on an ephemeral key keeps
     it ephemeral and owned by its session (as in ZooKeeper); ``put_ephemeral`` takes it over.
@@ -174,6 +177,7 @@ class SqliteMetadataStore(MetadataStore):
 
     schemes = ("sqlite", "sqlite+tcp")
     supports_session_events = True
+    supports_tls = True
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -195,6 +199,14 @@ class SqliteMetadataStore(MetadataStore):
                                                  "(default busy_timeout)", minimum=0.001, maximum=MAX_DURATION_S)
         connect_timeout: float = option(5.0, "sqlite+tcp:// only: seconds to connect to the metadata server and "
                                         "authenticate", minimum=0.001, maximum=MAX_DURATION_S)
+        ca_file: str | None = option(None, "sqlite+tcp:// only: CAs that sign the metadata server's certificate; "
+                                     "switches the connection to TLS")
+        server_hostname: str | None = option(None, "sqlite+tcp:// with ca_file: the name the server's certificate "
+                                             "must hold (default: the URI's host)")
+
+        def __post_init__(self) -> None:
+            if self.server_hostname is not None and self.ca_file is None:
+                raise ValueError("server_hostname needs ca_file (TLS is switched on by ca_file)")
 
     def __init__(self, uri: str, options: SqliteMetadataStore.Options | None = None, /, **values: Any) -> None:
         """``options``: the ``metadata_options`` table as the host parsed it; a store built in code
@@ -207,11 +219,12 @@ class SqliteMetadataStore(MetadataStore):
             self.tcp = _tcp_endpoint(uri, opts)
             self.path = uri
         else:
-            if opts.secret_file is not None:
-                raise ConfigError(
-                    f"metadata option 'secret_file' is for sqlite+tcp://HOST:PORT; {uri!r} is reached "
-                    "through the local file system"
-                )
+            for name in ("secret_file", "ca_file"):
+                if getattr(opts, name) is not None:
+                    raise ConfigError(
+                        f"metadata option {name!r} is for sqlite+tcp://HOST:PORT; {uri!r} is reached "
+                        "through the local file system"
+                    )
             self.path = path_from_uri(uri)
         # session_timeout is the name every metadata backend understands; session_ttl is sqlite's own
         self.session_ttl: float = (opts.session_ttl if opts.session_ttl is not None

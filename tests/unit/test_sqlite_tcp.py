@@ -28,6 +28,7 @@ import pytest
 from ledgerstore.cluster import start_metadata_server_process, stop_process
 from ledgerstore.errors import ConfigError, MetadataError
 from ledgerstore.testing.metadata import run
+from ledgerstore.testing.netns import issue_certs
 from ledgerstore_sqlite import SqliteMetadataStore
 from ledgerstore_sqlite.auth import MetadataAuthError, check_auth, client_answer, read_secret, verify_server
 from ledgerstore_sqlite.protocol import decode_body, encode
@@ -83,6 +84,26 @@ async def round_trip(s: SqliteMetadataStore, key: str = "/tcp/k") -> None:
     version = await s.put(key, b"v")
     got = await s.get(key)
     assert got is not None and (got.value, got.version) == (b"v", version)
+
+
+async def serves(server: TcpServer, secret_file: Path, retry_s: float = 0.0, **options: object) -> None:
+    """A new store with ``options`` connects (retrying for ``retry_s`` while refused), writes and
+    reads back a key, and closes."""
+    deadline = asyncio.get_running_loop().time() + retry_s
+    while True:
+        s = store(server, secret_file, **options)
+        try:
+            await s.start()
+            break
+        except MetadataError:
+            await s.close()
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+    try:
+        await round_trip(s)
+    finally:
+        await s.close()
 
 
 def raw_connect(port: int) -> socket.socket:
@@ -213,12 +234,7 @@ def test_a_wrong_secret_is_refused_in_one_line_and_logged_by_peer_without_the_se
             await bad.start()
         await bad.close()
         assert "wrong secret" in str(err.value) and "\n" not in str(err.value)
-        good = store(server, secret_file)
-        await good.start()  # the server keeps serving everyone else
-        try:
-            await round_trip(good)
-        finally:
-            await good.close()
+        await serves(server, secret_file)  # the server keeps serving everyone else
 
     run(main())
     log = server.log.read_text()
@@ -246,16 +262,7 @@ def test_garbage_before_authentication_is_refused_and_the_server_keeps_serving(
         refused = read_frame(sock)
         assert refused is not None and refused["error"] == "protocol", refused
         assert read_frame(sock) is None
-
-    async def main() -> None:
-        s = store(server, secret_file)
-        await s.start()
-        try:
-            await round_trip(s)
-        finally:
-            await s.close()
-
-    run(main())
+    run(serves(server, secret_file))
 
 
 def test_an_idle_unauthenticated_connection_is_closed_after_the_auth_timeout(server: TcpServer) -> None:
@@ -280,22 +287,7 @@ def test_unauthenticated_connections_are_bounded_and_the_server_serves_again_onc
         for sock in idle:
             sock.close()
 
-    async def main() -> None:
-        s = store(server, secret_file)
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:  # the idle ones are gone once the server notices their close
-            try:
-                await s.start()
-                break
-            except MetadataError:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.1)
-        try:
-            await round_trip(s)
-        finally:
-            await s.close()
-
-    run(main())
+    run(serves(server, secret_file, retry_s=10))  # the idle ones go once the server notices their close
 
 
 def test_a_client_reconnects_over_tcp_and_resumes_its_session_after_a_server_restart(
@@ -330,3 +322,53 @@ def test_a_client_reconnects_over_tcp_and_resumes_its_session_after_a_server_res
             await s.close()
 
     run(main())
+
+
+# --- TLS under the handshake ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, secret_file: Path) -> Iterator[tuple[TcpServer, str]]:
+    """A server whose TCP listener speaks TLS with a certificate for localhost / 127.0.0.1; yields
+    it and the CA file that signed it."""
+    cert, key = issue_certs(tmp_path / "pki", {"meta": ("localhost", "127.0.0.1")})["meta"]
+    srv = TcpServer(tmp_path, secret_file, "--auth-timeout", "0.5", "--tls-cert-file", cert, "--tls-key-file", key)
+    try:
+        yield srv, str(tmp_path / "pki" / "ca.pem")
+    finally:
+        srv.stop()
+
+
+def test_a_client_trusting_the_servers_ca_works_over_tls(tls_server: tuple[TcpServer, str], secret_file: Path) -> None:
+    server, ca = tls_server
+    assert "(TLS)" in server.log.read_text()
+    run(serves(server, secret_file, ca_file=ca))
+
+
+def test_tls_refuses_a_client_without_it_and_a_certificate_for_another_name(
+        tls_server: tuple[TcpServer, str], secret_file: Path) -> None:
+    server, ca = tls_server
+
+    async def main() -> None:
+        plain = store(server, secret_file)  # no ca_file: speaks plain TCP to a TLS listener
+        with pytest.raises(MetadataError, match="hung up during authentication.*TLS listener"):
+            await plain.start()
+        await plain.close()
+        wrong_name = store(server, secret_file, ca_file=ca, server_hostname="elsewhere.example")
+        with pytest.raises(MetadataError, match="Hostname mismatch|certificate verify failed") as err:
+            await wrong_name.start()
+        await wrong_name.close()
+        assert "\n" not in str(err.value)
+
+    run(main())
+
+
+def test_tls_options_are_checked_in_one_line(tmp_path: Path, secret_file: Path) -> None:
+    with pytest.raises(ConfigError, match="server_hostname needs ca_file"):
+        SqliteMetadataStore("sqlite+tcp://127.0.0.1:4181", secret_file=str(secret_file), server_hostname="x")
+    with pytest.raises(ConfigError, match="not a readable file"):
+        SqliteMetadataStore("sqlite+tcp://127.0.0.1:4181", secret_file=str(secret_file), ca_file=str(tmp_path / "no"))
+    done = subprocess.run([sys.executable, "-m", "ledgerstore", "metadata-server", "--db", str(tmp_path / "m.db"),
+                           "--listen", "127.0.0.1:0", "--secret-file", str(secret_file),
+                           "--tls-cert-file", str(secret_file)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "go together" in done.stderr and "Traceback" not in done.stderr, done.stderr

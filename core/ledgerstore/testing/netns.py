@@ -68,6 +68,7 @@ __all__ = [
     "NetnsError",
     "Service",
     "attach",
+    "issue_certs",
     "netns_unavailable",
     "random_partitions",
     "remove_cluster",
@@ -431,27 +432,9 @@ class NetCluster:
         its hostname and address. ``names`` maps a host to the hostname its certificate names
         instead (to test a mismatch). Returns host -> (cert file, key file)."""
         names = names or {}
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-
-        def openssl(*args: str) -> None:
-            _run(["openssl", *args], check=True)
-
-        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
-        openssl("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"), "-days", "2",
-                "-subj", "/CN=ledgerstore test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-        made = {}
-        for h in self.hosts.values():
-            name = names.get(h.name, h.hostname)
-            ip = f",IP:{h.address}" if h.name not in names else ""
-            (d / f"{h.name}.ext").write_text(f"subjectAltName=DNS:{name}{ip}\nextendedKeyUsage=serverAuth,clientAuth\n")
-            key, csr, pem = (str(d / f"{h.name}.{x}") for x in ("key", "csr", "pem"))
-            openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-            openssl("x509", "-req", "-in", csr, "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-                    "-CAcreateserial", "-out", pem, "-days", "2", "-extfile", str(d / f"{h.name}.ext"))
-            made[h.name] = (pem, key)
-        return made
+        return issue_certs(directory, {
+            h.name: (names[h.name], None) if h.name in names else (h.hostname, h.address) for h in self.hosts.values()
+        })
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -503,6 +486,32 @@ def random_partitions(net: NetCluster, rnd: random.Random, victims: Sequence[str
     finally:
         net.heal()
     return done
+
+
+def issue_certs(directory: str | Path, subjects: dict[str, tuple[str, str | None]]) -> dict[str, tuple[str, str]]:
+    """A throwaway CA (``directory/ca.pem``, valid two days) and, for each ``key -> (DNS name,
+    IP address or None)``, a certificate and key it signed naming them. Returns key -> (cert
+    file, key file). Needs ``openssl``."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        _run(["openssl", *args], check=True)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"), "-days", "2",
+            "-subj", "/CN=ledgerstore test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    made = {}
+    for key_name, (name, address) in subjects.items():
+        ip = f",IP:{address}" if address else ""
+        (d / f"{key_name}.ext").write_text(f"subjectAltName=DNS:{name}{ip}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        key, csr, pem = (str(d / f"{key_name}.{x}") for x in ("key", "csr", "pem"))
+        openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", csr, "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+                "-CAcreateserial", "-out", pem, "-days", "2", "-extfile", str(d / f"{key_name}.ext"))
+        made[key_name] = (pem, key)
+    return made
 
 
 def link(bridge_ns: str, host: Host, up: bool) -> None:
