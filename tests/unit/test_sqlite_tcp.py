@@ -372,3 +372,36 @@ def test_tls_options_are_checked_in_one_line(tmp_path: Path, secret_file: Path) 
                            "--listen", "127.0.0.1:0", "--secret-file", str(secret_file),
                            "--tls-cert-file", str(secret_file)], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "go together" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_server_that_goes_silent_is_noticed_by_a_ping_and_requests_fail_at_once(
+        server: TcpServer, secret_file: Path) -> None:
+    """A server that stops answering without closing anything (a partition, a stopped process):
+    the client drops the connection after a ping unanswered for two thirds of its TTL, so
+    requests fail at once instead of each waiting its operation_timeout."""
+
+    async def main() -> None:
+        s = store(server, secret_file, session_ttl=1.5, operation_timeout=60.0)
+        await s.start()
+        try:
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(1.5 / 3 + 1.5 * 2 / 3 + 0.5)  # the next ping, unanswered
+                t0 = time.monotonic()
+                with pytest.raises(MetadataError, match="unreachable|lost the connection"):
+                    await asyncio.wait_for(s.get("/tcp/k"), 5.0)  # TimeoutError, not this, before
+                assert time.monotonic() - t0 < 1.0
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 15
+            while True:  # it reconnects once the server answers again
+                try:
+                    await round_trip(s)
+                    break
+                except MetadataError:
+                    assert time.monotonic() < deadline, "the client did not reconnect"
+                    await asyncio.sleep(0.1)
+        finally:
+            await s.close()
+
+    run(main())
