@@ -18,7 +18,7 @@ from ledgerstore.api.transport import FrameHandler, ServerConnection
 from ledgerstore.bookie.journal import ADD, encode_record
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.proto import codec
-from ledgerstore.sim import VirtualTimeLoop, run_seed, schedule, shrink
+from ledgerstore.sim import VirtualTimeLoop, invariants, run_seed, shrink
 from ledgerstore.sim.disk import JournalDisk, SimJournal
 from ledgerstore.sim.network import SimNetwork, SimTransport
 from ledgerstore.sim.trace import Trace
@@ -150,14 +150,14 @@ def test_the_simulation_catches_recovery_reads_without_the_fence_flag(monkeypatc
 
 def test_shrinking_leaves_out_every_fault_the_failure_does_not_need(monkeypatch: pytest.MonkeyPatch) -> None:
     # a stand-in invariant that any bookie crash breaks: the shrunk schedule keeps one crash only
-    real = schedule.check_ledger
+    real = invariants.check_ledger
 
     async def no_crash_allowed(run: Any, led: Any, reader: Any) -> None:
         await real(run, led, reader)
         if any(" bookie.crash " in line for line in run.world.trace.lines):
             run.violation("a bookie crashed")
 
-    monkeypatch.setattr(schedule, "check_ledger", no_crash_allowed)
+    monkeypatch.setattr(invariants, "check_ledger", no_crash_allowed)
     seed = next(s for s in range(50) if not run_seed(s, duration=20, faults=("crash", "partition")).ok)
     out, skipped = shrink(seed, duration=20, faults=("crash", "partition"))
     assert not out.ok

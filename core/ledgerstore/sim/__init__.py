@@ -6,7 +6,8 @@ disks (:mod:`.disk`). One seed decides every choice, so a run replays exactly; i
 a hash to prove it. :func:`run_seed` runs one schedule and checks the protocol's invariants.
 """
 
+from ledgerstore.sim.faults import FAULT_KINDS
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
-from ledgerstore.sim.schedule import FAULT_KINDS, Outcome, run_seed, shrink
+from ledgerstore.sim.runner import Outcome, run_seed, shrink
 
 __all__ = ["FAULT_KINDS", "Outcome", "SimulationStuck", "VirtualTimeLoop", "run_seed", "shrink"]

@@ -42,12 +42,16 @@ LOG_FAULTS = ("partition", "lossy-link", "hold-link", "metadata-fail", "metadata
 
 
 class RunView(Protocol):
-    """What a workload sees of the run it is part of (``ledgerstore.sim.schedule``'s run)."""
+    """What a workload sees of the run it is part of (``ledgerstore.sim.runner``'s run)."""
 
     world: World
     duration: float
     kinds: tuple[str, ...]
-    healed: bool
+
+    @property
+    def healed(self) -> bool:
+        """Whether the world was healed at the end of the run (no fault starts after that)."""
+        ...
 
     def violation(self, text: str) -> None:
         """Record a broken invariant."""

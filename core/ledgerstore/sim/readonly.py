@@ -12,7 +12,7 @@ bookie that crashes and restarts comes back writable. Spells during the run stay
 ledger's own bookies and end soon, which leaves the other workloads (log writers,
 auto-recovery) writable bookies to move to.
 
-Invariant (checked by the schedule, :meth:`~ledgerstore.sim.schedule._Run.must_recover`): a
+Invariant (checked by the schedule, :func:`~ledgerstore.sim.invariants.must_recover`): a
 read-only bookie is a running bookie. Recovery's write-back is a recovery add, which a read-only
 bookie accepts (BookKeeper's high-priority writes), so a ledger whose last fragment has no
 bookie lost beyond Qa - 1 is recovered while the spells last, whatever bookies are read-only.
