@@ -17,12 +17,13 @@ import pytest
 
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
-from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager
 from tests.conftest import ClusterConfig
 
 KILLS_PER_ENGINE = 10  # x 2 engines = 20 kills
+#: entries of one ledger read back from one bookie per READ_MULTI request (at most 400 bytes each)
+VERIFY_CHUNK = 500
 EXTRA = {
     "entrylog": (
         "gc_wait_time_ms = 700\nminor_compaction_interval_s = 1\nmajor_compaction_interval_s = 2\n"
@@ -73,16 +74,23 @@ def test_kill_9_under_load_loses_no_acknowledged_entry(cluster_factory, engine: 
 
     async def verify(client: Client, acks: dict[tuple[int, int], set[str]], live: list[int]) -> None:
         dms = {lid: DigestManager(lid, "crc32c", b"pw") for lid in live}
-        sem = asyncio.Semaphore(500)
+        wanted: dict[tuple[str, int], list[int]] = {}  # (bookie, ledger) -> the entries it acknowledged
+        for (lid, eid), bs in acks.items():
+            if lid in dms:
+                for b in bs:
+                    wanted.setdefault((b, lid), []).append(eid)
 
-        async def check(lid: int, eid: int, bid: str) -> None:
-            async with sem:
-                ch = client.pool.get(bid)
-                resp = await ch.request(lambda rid: codec.encode_read(rid, lid, eid), 10)
-                assert resp.status == Status.OK, f"bookie {bid} acknowledged ledger {lid} entry {eid} but lost it"
-                dms[lid].verify(resp.entry, eid)
+        async def check(bid: str, lid: int, eids: list[int]) -> None:
+            # the entries a bookie acknowledged, VERIFY_CHUNK to a READ_MULTI request
+            for at in range(0, len(eids), VERIFY_CHUNK):
+                chunk = eids[at:at + VERIFY_CHUNK]
+                items = await client.bookie_client.read_multi(bid, lid, chunk, 30)
+                assert [eid for eid, _, _ in items] == chunk
+                for eid, status, entry in items:
+                    assert status == Status.OK, f"bookie {bid} acknowledged ledger {lid} entry {eid} but lost it"
+                    dms[lid].verify(entry, eid)
 
-        await asyncio.gather(*(check(lid, eid, b) for (lid, eid), bs in acks.items() if lid in dms for b in bs))
+        await asyncio.gather(*(check(bid, lid, sorted(eids)) for (bid, lid), eids in wanted.items()))
 
     asyncio.run(asyncio.wait_for(main(), 600))
     cluster.stop()
