@@ -17,6 +17,8 @@ from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster, free_ports
 from tests.conftest import ClusterConfig
 
+PER_BATCH = 1_000  # entries of 1 KiB a ledger gets at once, four times
+
 
 def seeded(ledger_id: int, i: int) -> bytes:
     """1 KiB of incompressible bytes, reproducible from (ledger, i)."""
@@ -35,8 +37,12 @@ def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str, tmp_
     token_file = tmp_path / "admin-token"
     token_file.write_text("gc-test-token\n")
     extra = f"http_port = {http}\ngc_wait_time_ms = 0\nflush_interval_ms = 300\n"
-    if engine == "entrylog":  # the active entry log is never compacted: roll every 16 MiB
-        extra += "[bookie.storage_options]\nentry_log_size_limit = 16777216\n"
+    # small files, so that 40 MB make as many files as a large disk's worth: the active entry log
+    # is never compacted (roll every 2 MiB); RocksDB flushes a memtable into an SST file every 2 MiB
+    if engine == "entrylog":
+        extra += "[bookie.storage_options]\nentry_log_size_limit = 2097152\n"
+    else:
+        extra += "[bookie.storage_options]\nwrite_buffer_size = 2097152\n"
     extra += f'[bookie.http]\ntoken_file = "{token_file}"\n'  # forcing a GC changes state: it needs the token
     cluster: LocalCluster = cluster_factory(1, ClusterConfig("sqlite", engine, "tcp"), extra_bookie_config=extra)
     cluster.start()
@@ -45,11 +51,11 @@ def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str, tmp_
     async def write() -> int:
         async with Client(metadata=cluster.metadata) as client:
             written = 0
-            for _ in range(10):  # 10 ledgers x 20 MB = 200 MB
+            for _ in range(10):  # 10 ledgers x 4 MB = 40 MB
                 lh = await client.create_ledger(1, 1, 1, password=b"pw")
                 for _ in range(4):  # distinct random payloads: nothing for the engine to compress
-                    await asyncio.gather(*(lh.append_async(seeded(lh.ledger_id, i)) for i in range(5_000)))
-                    written += 5_000 * 1024
+                    await asyncio.gather(*(lh.append_async(seeded(lh.ledger_id, i)) for i in range(PER_BATCH)))
+                    written += PER_BATCH * 1024
                 await lh.close()
                 ledgers.append(lh.ledger_id)
             for lid in ledgers[::2]:
@@ -74,8 +80,8 @@ def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str, tmp_
             for lid in ledgers[1::2]:
                 rh = await client.open_ledger(lid, password=b"pw")
                 got = await rh.read(0, rh.last_add_confirmed)
-                assert len(got) == 20_000
-                assert all(e.payload == seeded(lid, e.entry_id % 5_000) for e in got)
+                assert len(got) == 4 * PER_BATCH
+                assert all(e.payload == seeded(lid, e.entry_id % PER_BATCH) for e in got)
 
     asyncio.run(asyncio.wait_for(read_back(), 300))
 
