@@ -175,6 +175,13 @@ class BookieConfig:
     #: adds and fences of ledgers new to this bookie waiting for the metadata look-up that allows
     #: their first master key; more are answered TOO_MANY_REQUESTS
     max_requests_awaiting_metadata: int = 10_000
+    #: threads that read entries from the storage engine (BookKeeper: numReadWorkerThreads): a read
+    #: of entries not in the page cache waits for the disk there, never on the event loop that
+    #: serves adds; 0 reads on the event loop (BookKeeper's 0: on the network thread)
+    num_read_worker_threads: int = 2
+    #: reads waiting for a read worker, per thread (maxPendingReadRequestsPerThread); more are
+    #: answered TOO_MANY_REQUESTS (clients back off and ask again)
+    max_pending_read_requests_per_thread: int = 10_000
     #: placement facts published in the registration
     rack: str = "/default-rack"
     #: region published in the registration (region-aware placement)
@@ -276,7 +283,10 @@ class BookieConfig:
             problems.append("'max_connections' must be at least 1")
         if self.idle_connection_timeout_s <= 0:
             problems.append("'idle_connection_timeout_s' must be positive")
-        for name in ("max_adds_in_flight_per_connection", "max_long_poll_waiters",
+        if self.num_read_worker_threads < 0:
+            problems.append(f"'num_read_worker_threads' = {self.num_read_worker_threads} must be >= 0 "
+                            "(0 = read on the event loop)")
+        for name in ("max_adds_in_flight_per_connection", "max_long_poll_waiters", "max_pending_read_requests_per_thread",
                      "max_long_poll_waiters_per_connection", "max_requests_awaiting_metadata"):
             if getattr(self, name) < 1:
                 problems.append(f"'{name}' must be at least 1")

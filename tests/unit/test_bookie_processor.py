@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import threading
 import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -81,10 +82,11 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def make_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+async def make_rig(tmp_path: Path, **settings: Any) -> AsyncIterator[Rig]:
+    """A processor serving a fresh engine; ``settings`` are further BookieConfig fields."""
     name = f"processor-{uuid.uuid4().hex}"
     config = BookieConfig(metadata=f"memory://{name}", ledger_dirs=[str(tmp_path / "ledgers")],
-                          journal_dir=str(tmp_path / "journal"), journal=JournalConfig(sync=False))
+                          journal_dir=str(tmp_path / "journal"), journal=JournalConfig(sync=False), **settings)
     state = BookieState("b:1", config.disk_usage_threshold, config.disk_usage_lwm)
     processor = RequestProcessor(config, state, LedgerDescriptors(), BookieCounters())
     store = MemoryMetadataStore(f"memory://{name}")
@@ -106,17 +108,19 @@ async def make_rig(tmp_path: Path) -> AsyncIterator[Rig]:
     finally:
         for t in parts.lookup.tasks():
             t.cancel()
+        processor.reads.close()
         journal.close()
         engine.close()
         await store.close()
         drop_namespace(name)
 
 
-def run(tmp_path: Path, scenario: Callable[[Rig], Coroutine[Any, Any, None]]) -> None:
-    """Run ``scenario`` against a fresh processor on its own event loop."""
+def run(tmp_path: Path, scenario: Callable[[Rig], Coroutine[Any, Any, None]], **settings: Any) -> None:
+    """Run ``scenario`` against a fresh processor on its own event loop (``settings``: further
+    BookieConfig fields)."""
 
     async def main() -> None:
-        async with make_rig(tmp_path) as rig:
+        async with make_rig(tmp_path, **settings) as rig:
             await scenario(rig)
 
     asyncio.run(main())
@@ -271,12 +275,99 @@ def test_reads_answer_the_status_their_error_class_declares(tmp_path: Path) -> N
         await conn.answers(1)
         rig.send(conn, read(2, 5, 9), read(3, 77, 0),
                  codec.encode_request(codec.ReadMultiRequest(4, 5, (0, 9))))
-        _, no_entry, no_ledger, multi = await conn.answers(4)
+        # read workers answer in the order their reads finish: matched by request id
+        _, no_entry, no_ledger, multi = sorted(await conn.answers(4), key=lambda r: r.request_id)
         assert no_entry.status == errors.NoSuchEntryError.code == Status.NO_SUCH_ENTRY
         assert no_ledger.status == errors.NoSuchLedgerError.code == Status.NO_SUCH_LEDGER
         assert [(e, s) for e, s, _ in multi.items] == [(0, Status.OK), (9, Status.NO_SUCH_ENTRY)]  # type: ignore[misc]
 
     run(tmp_path, scenario)
+
+
+class StuckReads:
+    """Wraps an engine's reads so that each waits for ``release`` (at most ``limit`` seconds)
+    before reading: a read stuck on a cold disk."""
+
+    def __init__(self, engine: Any, limit: float = 5.0) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.released_in_time: list[bool] = []
+        self.limit = limit
+        self._get_entries = engine.get_entries
+        engine.get_entries = self.get_entries
+
+    def get_entries(self, ledger_id: int, entry_ids: Any) -> Any:
+        self.started.set()
+        self.released_in_time.append(self.release.wait(self.limit))
+        return self._get_entries(ledger_id, entry_ids)
+
+
+async def ledger_with_one_entry(rig: Rig, ledger_id: int) -> tuple[DigestManager, Conn]:
+    """A ledger holding entry 0 (added as request 1): its signer and the writer's connection."""
+    dm = await rig.ledger(ledger_id)
+    conn = Conn()
+    rig.send(conn, add(1, dm, 0))
+    await conn.answers(1)
+    return dm, conn
+
+
+async def one_entry_then_stuck_reads(rig: Rig, ledger_id: int) -> tuple[DigestManager, Conn, Conn, StuckReads]:
+    """A ledger holding entry 0, then reads made to stick: its signer, a writer's connection and
+    a reader's."""
+    dm, conn = await ledger_with_one_entry(rig, ledger_id)
+    return dm, conn, Conn(), StuckReads(rig.processor.ledgers.engine)
+
+
+def test_an_add_completes_while_a_read_is_stuck_on_the_disk(tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        dm, conn, reader, stuck = await one_entry_then_stuck_reads(rig, 8)
+        # the read arrives first, in the same batch of frames as the add
+        rig.processor.frames_received(reader, [codec.encode_request(codec.ReadMultiRequest(2, 8, (0,)))])
+        rig.send(conn, add(3, dm, 1, 0))
+        (_, added) = await conn.answers(2, timeout=3.0)
+        assert (added.request_id, added.status) == (3, Status.OK)
+        assert reader.sent == [] and rig.processor.reads.pending_reads == 1
+        stuck.release.set()
+        (answer,) = await reader.answers(1)
+        assert (answer.request_id, answer.status) == (2, Status.OK)
+        assert stuck.released_in_time == [True]  # not by its time limit: the add did not wait for it
+        assert rig.processor.reads.pending_reads == 0
+
+    run(tmp_path, scenario)
+
+
+def test_reads_past_the_bound_of_waiting_reads_are_refused_too_many_requests(tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        _, _, reader, stuck = await one_entry_then_stuck_reads(rig, 9)
+        rig.send(reader, codec.encode_request(codec.ReadMultiRequest(2, 9, (0,))),
+                 codec.encode_request(codec.ReadMultiRequest(3, 9, (0,))))
+        (refused,) = await reader.answers(1)
+        assert (refused.request_id, refused.status) == (3, Status.TOO_MANY_REQUESTS)
+        assert rig.processor.reads.refused_reads == 1
+        stuck.release.set()
+        (_, served) = await reader.answers(2)
+        assert (served.request_id, served.status) == (2, Status.OK)
+
+    run(tmp_path, scenario, num_read_worker_threads=1, max_pending_read_requests_per_thread=1)
+
+
+def test_without_read_workers_reads_are_served_on_the_loop(tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        _, conn = await ledger_with_one_entry(rig, 10)
+        rig.send(conn, codec.encode_request(codec.ReadMultiRequest(2, 10, (0,))))
+        assert [r.request_id for r in await conn.answers(2)] == [1, 2]  # answered before send returned
+        assert rig.processor.reads.executor is None
+
+    run(tmp_path, scenario, num_read_worker_threads=0)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"num_read_worker_threads": -1}, "'num_read_worker_threads' = -1 must be >= 0"),
+    ({"max_pending_read_requests_per_thread": 0}, "'max_pending_read_requests_per_thread' must be at least 1"),
+])
+def test_read_worker_settings_out_of_range_are_config_errors(settings: dict[str, int], message: str) -> None:
+    problems = BookieConfig(metadata="memory://x", **settings).validate()
+    assert any(p.startswith(message) for p in problems), problems
 
 
 def test_a_long_poll_waiter_is_answered_once_the_lac_passes_what_it_knew(tmp_path: Path) -> None:

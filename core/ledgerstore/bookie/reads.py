@@ -2,13 +2,24 @@
 long poll with its waiters) and what the bookie holds (BOOKIE_INFO, LIST_LEDGERS). The request
 processor (``processor.py``) dispatches to these handlers by its table; a fencing read goes
 through the ledger rules (``ledgers.py``: :meth:`Ledgers.fence`) first.
+
+Entries are read from the storage engine on the read workers (BookKeeper's read thread pool,
+``num_read_worker_threads``), never on the event loop: a catch-up reader whose entries are no
+longer in the page cache waits for the disk on a worker thread while the loop goes on serving
+adds (and the journal keeps its own writer thread). Reads waiting for a worker are bounded
+(``max_pending_read_requests_per_thread`` per thread; more are answered TOO_MANY_REQUESTS). The
+answers are sent from the loop. ``docs/performance.md`` ("Catch-up reads beside writers") has
+the measurement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ledgerstore.api import ServerConnection
 from ledgerstore.bookie.counters import BookieCounters
@@ -22,6 +33,9 @@ from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, Op, Status
 
 log = logging.getLogger(__name__)
+
+#: what a read worker hands back to the loop: the answer frame and the entry bytes it carries
+ReadAnswer = tuple[bytes, int]
 
 
 def read_status(ledger_id: int, entry_id: int, exc: BaseException, *, bad_request: bool = True) -> int:
@@ -55,6 +69,13 @@ class Reads:
         self.counters = counters
         #: long-poll LAC requests waiting here (woken by the adds that pass what they know)
         self.waiters = LacWaiters(self._answer_long_poll)
+        #: the read workers (None: entries are read on the event loop)
+        self.executor: ThreadPoolExecutor | None = None
+        #: reads handed to the workers and not answered yet, and how many may be
+        self.pending_reads = 0
+        self.max_pending_reads = max(1, config.num_read_worker_threads) * config.max_pending_read_requests_per_thread
+        #: reads refused because max_pending_reads were waiting
+        self.refused_reads = 0
 
     def attach(self, ledgers: Ledgers, lookup: LedgerLookup, ownership: Ownership | None,
                loop: asyncio.AbstractEventLoop) -> None:
@@ -63,14 +84,69 @@ class Reads:
         self.lookup = lookup
         self.ownership = ownership
         self.loop = loop
+        if self.config.num_read_worker_threads and self.executor is None:
+            self.executor = ThreadPoolExecutor(self.config.num_read_worker_threads, thread_name_prefix="bookie-read")
+
+    def close(self) -> None:
+        """Stop the read workers; reads still waiting for one are dropped (their connections are
+        closing with the bookie)."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
+
+    def _serve(self, conn: ServerConnection, read: Callable[[], ReadAnswer], refusal: Callable[[int], bytes],
+               started: float) -> None:
+        """Answer ``conn`` with what ``read`` returns, read on a read worker (on the loop when
+        there are none); past the bound of waiting reads, answer ``refusal(TOO_MANY_REQUESTS)``."""
+        ex = self.executor
+        if ex is None:
+            self._answer(conn, refusal, started, read())
+            return
+        if self.pending_reads >= self.max_pending_reads:
+            self.refused_reads += 1
+            if self.refused_reads % 1000 == 1:
+                log.warning("refusing reads from %s: %d are waiting for the %d read workers (limit %d; %d refused "
+                            "so far)", conn.peer, self.pending_reads, self.config.num_read_worker_threads,
+                            self.max_pending_reads, self.refused_reads)
+            conn.send(refusal(Status.TOO_MANY_REQUESTS))
+            return
+        self.pending_reads += 1
+        fut = self.loop.run_in_executor(ex, read)
+        if fut.done():  # a loop that runs it at once (the simulation's): answered now, as without workers
+            self._read_done(conn, refusal, started, fut)
+            return
+        fut.add_done_callback(functools.partial(self._read_done, conn, refusal, started))
+
+    def _read_done(self, conn: ServerConnection, refusal: Callable[[int], bytes], started: float,
+                   fut: Future[ReadAnswer] | asyncio.Future[ReadAnswer]) -> None:
+        """A read worker finished (called on the loop)."""
+        self.pending_reads -= 1
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("a read failed unexpectedly: %r", exc, exc_info=exc)
+            conn.send(refusal(Status.IO_ERROR))
+            return
+        self._answer(conn, refusal, started, fut.result())
+
+    def _answer(self, conn: ServerConnection, refusal: Callable[[int], bytes], started: float,
+                answer: ReadAnswer) -> None:
+        frame, nbytes = answer
+        self.counters.read_bytes += nbytes
+        conn.send(frame)
+        self.counters.read_request_seconds.observe(time.perf_counter() - started)
 
     # --- entries -------------------------------------------------------------------------------------
 
     def handle_read(self, conn: ServerConnection, req: codec.ReadRequest) -> None:
         """One entry; with the fence flag, the ledger is fenced durably first."""
+        refusal = functools.partial(self._read_refusal, req)
+        read = functools.partial(self._read_response, req)
         if req.flags & FLAG_FENCE:
             try:
-                self.ledgers.fence(conn, req.ledger_id, req.master_key, lambda: conn.send(self._read_response(req)))
+                self.ledgers.fence(conn, req.ledger_id, req.master_key,
+                                   lambda: self._serve(conn, read, refusal, time.perf_counter()))
             except LedgerNotLookedUpError:
                 self.lookup.wait(conn, req)
                 return
@@ -81,24 +157,33 @@ class Reads:
             self.counters.read_requests += 1
             return
         self.counters.read_requests += 1
-        started = time.perf_counter()
-        conn.send(self._read_response(req))
-        self.counters.read_request_seconds.observe(time.perf_counter() - started)
+        self._serve(conn, read, refusal, time.perf_counter())
 
-    def _read_response(self, req: codec.ReadRequest) -> bytes:
+    @staticmethod
+    def _read_refusal(req: codec.ReadRequest, status: int) -> bytes:
+        return codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id)
+
+    def _read_response(self, req: codec.ReadRequest) -> ReadAnswer:
+        """The answer to a READ (on a read worker)."""
         try:
             data = self.ledgers.engine.get_entry(req.ledger_id, req.entry_id)
         except (LedgerStoreError, OSError) as exc:
-            status = read_status(req.ledger_id, req.entry_id, exc)
-            return codec.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id)
-        self.counters.read_bytes += len(data)
-        return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data)
+            return self._read_refusal(req, read_status(req.ledger_id, req.entry_id, exc)), 0
+        return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data), len(data)
 
     def handle_read_multi(self, conn: ServerConnection, req: codec.ReadMultiRequest) -> None:
         """Many entries in one answer, up to the frame limit; the rest are answered
         TOO_MANY_REQUESTS for the client to ask again."""
-        started = time.perf_counter()
         self.counters.read_requests += len(req.entry_ids)
+        self._serve(conn, functools.partial(self._read_multi_response, req), functools.partial(
+            self._read_multi_refusal, req), time.perf_counter())
+
+    @staticmethod
+    def _read_multi_refusal(req: codec.ReadMultiRequest, status: int) -> bytes:
+        return codec.encode_read_multi_response(req.request_id, status, req.ledger_id, [])
+
+    def _read_multi_response(self, req: codec.ReadMultiRequest) -> ReadAnswer:
+        """The answer to a READ_MULTI (on a read worker)."""
         budget = self.config.max_frame_size - 64 - 14 * len(req.entry_ids)
         sent = 0
         items: list[tuple[int, int, bytes]] = []
@@ -115,9 +200,7 @@ class Reads:
                 append((eid, Status.OK, got))
             else:
                 append((eid, read_status(req.ledger_id, eid, got, bad_request=False), b""))
-        conn.send(codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items))
-        self.counters.read_bytes += sent
-        self.counters.read_request_seconds.observe(time.perf_counter() - started)
+        return codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items), sent
 
     # --- last-add-confirmed ----------------------------------------------------------------------------
 

@@ -292,6 +292,7 @@ class Bookie:
                 pass
         if self._server is not None:
             await self._server.close()
+        self.processor.reads.close()
         if self.http is not None:
             await self.http.close()
         journal = self.journal
@@ -319,6 +320,7 @@ class Bookie:
         lookups = self.parts.lookup.tasks() if self.parts is not None else []
         for t in [*self._tasks, *lookups]:
             t.cancel()
+        self.processor.reads.close()
         self.ownership.release()
 
     async def wait_stopped(self) -> None:
