@@ -15,6 +15,8 @@ from ledgerstore.api.options import MAX_DURATION_S
 #: its length must fit the 4-byte length prefix with room to spare
 MIN_FRAME_SIZE = 4096
 MAX_FRAME_SIZE = 1 << 30
+#: most entries one re-replication batch reads and writes (the wire's limit of an ADD_BATCH)
+MAX_REREPLICATION_BATCH = 65536
 
 
 @dataclasses.dataclass
@@ -50,8 +52,16 @@ class AutoRecoveryConfig:
     lost_bookie_recovery_delay_s: float = 0.0
     #: full check of every ledger's metadata, catching whatever events were missed (auditorPeriodicCheckInterval)
     audit_interval_s: float = 3600.0
-    #: entries copied per second by each worker; 0 = unthrottled
-    rereplication_entries_per_s: float = 0.0
+    #: entries copied per second by each worker (omit it, or inf, for no throttle); with
+    #: replication_rate_by_bytes it keeps re-replication from taking the disk and network the
+    #: writers need
+    rereplication_entries_per_s: float = math.inf
+    #: bytes copied per second by each worker (BookKeeper: replicationRateByBytes; omit it, or inf,
+    #: for no throttle)
+    replication_rate_by_bytes: float = math.inf
+    #: entries read from a surviving bookie in one request and written to the replacement in one
+    #: recovery add batch (rereplicationEntryBatchSize)
+    rereplication_entry_batch_size: int = 100
     #: how long an open ledger's writer may keep its last fragment before a worker fences and
     #: closes the ledger to re-replicate it (openLedgerRereplicationGracePeriod)
     open_ledger_rereplication_grace_s: float = 30.0
@@ -79,8 +89,13 @@ class AutoRecoveryConfig:
             problems.append("'autorecovery.lost_bookie_recovery_delay_s' must be >= 0")
         if self.audit_interval_s <= 0:
             problems.append("'autorecovery.audit_interval_s' must be positive")
-        if self.rereplication_entries_per_s < 0:
-            problems.append("'autorecovery.rereplication_entries_per_s' must be >= 0 (0 = unthrottled)")
+        for name in ("rereplication_entries_per_s", "replication_rate_by_bytes"):
+            rate = getattr(self, name)
+            if not rate > 0:  # NaN too
+                problems.append(f"'autorecovery.{name}' = {rate} must be a positive rate (omit it for no throttle)")
+        if not 1 <= self.rereplication_entry_batch_size <= MAX_REREPLICATION_BATCH:
+            problems.append(f"'autorecovery.rereplication_entry_batch_size' = {self.rereplication_entry_batch_size} "
+                            f"must be between 1 and {MAX_REREPLICATION_BATCH}")
         if self.open_ledger_rereplication_grace_s < 0:
             problems.append("'autorecovery.open_ledger_rereplication_grace_s' must be >= 0")
         if self.lease_s < 1:

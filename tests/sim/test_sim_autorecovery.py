@@ -96,8 +96,8 @@ def test_a_bookie_gone_longer_than_the_delay_gets_its_ledgers_re_replicated() ->
     assert md is not None and len(set(md.ensembles[0][1])) == 3
 
 
-#: with the open-ledger swap put back, the first seed (30 simulated seconds) that catches it is 9
-SWAP_BUG_SEEDS = 10
+#: with the open-ledger swap put back, the first seed (30 simulated seconds) that catches it is 11
+SWAP_BUG_SEEDS = 12
 
 
 def test_the_simulation_catches_auto_recovery_swapping_an_open_ledgers_last_fragment(

@@ -18,7 +18,7 @@ from ledgerstore.cli.common import cluster_client, handle_errors, run_async, set
 @click.option("--id", "process_id", default=None, help="auditor candidate / worker id (default autorecovery-HOST-PID)")
 @click.option("--lost-bookie-recovery-delay", "delay", type=float, default=None, help="seconds")
 @click.option("--audit-interval", type=float, default=None, help="seconds between full checks")
-@click.option("--entries-per-second", "rate", type=float, default=None, help="copy throttle per worker (0 = none)")
+@click.option("--entries-per-second", "rate", type=float, default=None, help="copy throttle per worker (omit for none)")
 @click.option("--open-ledger-grace", "grace", type=float, default=None, help="seconds")
 @click.option("--lease", type=float, default=None, help="seconds a worker's claim lasts without renewal")
 @click.option("--log-level", default="INFO", show_default=True)

@@ -3,6 +3,7 @@ with a progress bar."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -23,14 +24,23 @@ from ledgerstore.cli.shell_local import (
     json_option,
 )
 from ledgerstore.config import AutoRecoveryConfig, load_bookie_config
+from ledgerstore.errors import ConfigError
 from ledgerstore.meta.ledgers import LedgerState
 from ledgerstore.recovery.admin import BookieNotFoundError, decommission_bookie, recover_bookie
 
 T = TypeVar("T")
 
 
-def _recovery_settings(grace: float, rate: float) -> Any:
-    return AutoRecoveryConfig(open_ledger_rereplication_grace_s=grace, rereplication_entries_per_s=rate)
+def _recovery_settings(grace: float, rate: float | None) -> Any:
+    """The copy settings of a recover or decommission run here; a rate that is not positive is
+    refused in one line (omitting it means no throttle)."""
+    settings = AutoRecoveryConfig(open_ledger_rereplication_grace_s=grace,
+                                  rereplication_entries_per_s=math.inf if rate is None else rate)
+    problems = settings.validate()
+    if problems:
+        raise ConfigError("; ".join(p.replace("'autorecovery.rereplication_entries_per_s'", "--entries-per-second")
+                                    .replace("(omit it", "(omit the option") for p in problems))
+    return settings
 
 
 def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
@@ -52,7 +62,7 @@ def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
 @click.argument("bookie_id")
 @click.option("--open-ledger-grace", "grace", type=float, default=30.0, show_default=True,
               help="seconds an open ledger's writer gets to move off the bookie before it is fenced and closed")
-@click.option("--entries-per-second", "rate", type=float, default=0.0, show_default=True, help="copy throttle (0 = none)")
+@click.option("--entries-per-second", "rate", type=float, default=None, help="copy throttle (omit for none)")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="seconds")
 @click.option("--delete-cookie", is_flag=True, help="delete the bookie's cookie afterwards")
 @click.option("-q", "--query", is_flag=True, help="only list the ledgers with a fragment on the bookie")
@@ -65,7 +75,7 @@ def _run_with_progress(sc: ShellContext, label: str, as_json: bool,
 @json_option
 @pass_ctx
 @handle_errors
-def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout: float, delete_cookie: bool,
+def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float | None, timeout: float, delete_cookie: bool,
             query: bool, dryrun: bool, skip_open: bool, only_ledger: int | None, force: bool, as_json: bool) -> None:
     """Re-replicate every ledger fragment of a dead bookie, from this process (no auditor needed)."""
 
@@ -110,13 +120,13 @@ def recover(sc: ShellContext, bookie_id: str, grace: float, rate: float, timeout
               help="also copy from this process (otherwise the cluster's auto-recovery workers do it)")
 @click.option("--open-ledger-grace", "grace", type=float, default=30.0, show_default=True,
               help="for --local-worker: seconds an open ledger's writer gets before it is fenced and closed")
-@click.option("--entries-per-second", "rate", type=float, default=0.0, show_default=True,
-              help="for --local-worker: copy throttle (0 = none)")
+@click.option("--entries-per-second", "rate", type=float, default=None,
+              help="for --local-worker: copy throttle (omit for none)")
 @json_option
 @pass_ctx
 @handle_errors
 def decommissionbookie(sc: ShellContext, bookie_id: str | None, bookie_opt: str | None, timeout: float,
-                       local_worker: bool, grace: float, rate: float, as_json: bool) -> None:
+                       local_worker: bool, grace: float, rate: float | None, as_json: bool) -> None:
     """Move every ledger off a bookie (alive or dead), then delete its cookie. A live bookie
     running auto-recovery turns read-only first; stop it once this is done. The bookie is named
     as an argument, by ``-bookieid``, or (as BookKeeper's shell does on the bookie's own host) by

@@ -93,3 +93,21 @@ class BookieClient:
             bookie_id, lambda rid: codec.encode_add(rid, ledger_id, entry_id, master_key, data, FLAG_RECOVERY_ADD),
             timeout, f"a recovery add of entry {entry_id} of ledger {ledger_id}", codec.AddResponse)
 
+
+    async def recovery_add_batch(self, bookie_id: str, ledger_id: int, master_key: bytes,
+                                 entries: Sequence[tuple[int, bytes]], timeout: float) -> None:
+        """Store many signed ``(entry id, data)`` of one ledger with one recovery add (one
+        ADD_BATCH frame with the recovery flag: it passes the fence); raises for the first entry
+        the bookie did not store."""
+        what = f"a recovery add of {len(entries)} entries of ledger {ledger_id}"
+        resp = await self._call(
+            bookie_id, lambda rid: codec.AddBatchRequest.frame(rid, ledger_id, master_key, entries, FLAG_RECOVERY_ADD),
+            timeout, what, codec.AddBatchResponse)
+        if resp.all_ok and resp.count == len(entries):
+            return
+        stored = {e for e, st in resp.items if st == Status.OK}
+        for eid, st in resp.items:
+            if st != Status.OK:
+                raise status_error(bookie_id, f"{what} (entry {eid})", st)
+        if len(stored) != len(entries):
+            raise ProtocolError(f"bookie {bookie_id} answered {len(stored)} results to {what}")

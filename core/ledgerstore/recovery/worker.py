@@ -27,6 +27,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,7 @@ from ledgerstore.errors import (
 from ledgerstore.meta import layout
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.plugins import notify
+from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager, master_key
 from ledgerstore.recovery.markers import (
     MARKERS,
@@ -62,24 +64,28 @@ from ledgerstore.recovery.stuck import (
 
 log = logging.getLogger(__name__)
 
-#: entries of one fragment in flight at once
-COPY_WINDOW = 64
+#: batches of one fragment in flight at once (each of ``rereplication_entry_batch_size`` entries)
+COPY_BATCHES = 4
 
 
 class Throttle:
-    """At most ``rate`` acquisitions per second (0 = unlimited), shared by a worker's copies."""
+    """Paces a worker's copies to at most ``entries_per_s`` entries and ``bytes_per_s`` bytes
+    per second (``math.inf``: unlimited), shared by all its copies."""
 
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
+    def __init__(self, entries_per_s: float = math.inf, bytes_per_s: float = math.inf) -> None:
+        self.entries_per_s = entries_per_s
+        self.bytes_per_s = bytes_per_s
         self._next = 0.0
 
-    async def acquire(self) -> None:
-        if self.rate <= 0:
+    async def take(self, entries: int, nbytes: int = 0) -> None:
+        """Wait until ``entries`` entries holding ``nbytes`` bytes may be copied."""
+        cost = entries / self.entries_per_s + nbytes / self.bytes_per_s
+        if cost <= 0:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
         at = max(now, self._next)
-        self._next = at + 1.0 / self.rate
+        self._next = at + cost
         if at > now:
             await asyncio.sleep(at - now)
 
@@ -116,7 +122,7 @@ class ReplicationWorker:
         self.only = only
         assert client.store is not None, "the client is not started"
         self.markers = UnderReplicationManager(client.store, clock)
-        self.throttle = Throttle(settings.rereplication_entries_per_s)
+        self.throttle = Throttle(settings.rereplication_entries_per_s, settings.replication_rate_by_bytes)
         self._busy_until: dict[int, float] = {}
         self._wake = asyncio.Event()
         #: a registration changed; if the set of writable bookies did (not merely a bookie's
@@ -387,40 +393,82 @@ class ReplicationWorker:
     async def copy(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
                    index: int, target: str, missing: set[str], extra_sources: Iterable[str] = ()) -> int:
         """Copy entries ``first..last`` whose write set includes ``index`` to ``target``, reading
-        each from another bookie of its write set (missing ones last). Returns entries copied."""
+        each from another bookie of its write set (missing ones last). Returns entries copied.
+
+        Entries go in batches of ``rereplication_entry_batch_size``: each batch is read with one
+        READ_MULTI per surviving bookie (an entry whose read fails there is read from its other
+        replicas one by one), throttled, and written with one recovery ADD_BATCH;
+        :data:`COPY_BATCHES` batches are in flight at once."""
         entries = [e for e in range(first, last + 1) if index in md.write_set(e)]
         if not entries:
             return 0
         digest = DigestManager(md.ledger_id, md.digest_type, password)
         key = master_key(password)
         timeout = self.client.config.add_timeout_s
-        add = self.client.bookie_client.recovery_add
+        add_batch = self.client.bookie_client.recovery_add_batch
         extra = [b for b in extra_sources if b != target]
-        sem = asyncio.Semaphore(COPY_WINDOW)
+        sem = asyncio.Semaphore(COPY_BATCHES)
 
-        async def one(eid: int) -> None:
+        def sources_of(eid: int) -> list[str]:
+            ws = md.write_set(eid)
+            sources = [ensemble[i] for i in ws if i != index and ensemble[i] not in missing]
+            sources += [ensemble[i] for i in ws if i != index and ensemble[i] in missing]
+            return sources + ([ensemble[index]] + extra if ensemble[index] != target else extra)
+
+        async def one_batch(eids: list[int]) -> None:
             async with sem:
-                await self.throttle.acquire()
-                ws = md.write_set(eid)
-                sources = [ensemble[i] for i in ws if i != index and ensemble[i] not in missing]
-                sources += [ensemble[i] for i in ws if i != index and ensemble[i] in missing]
-                sources += [ensemble[index]] + extra if ensemble[index] != target else extra
-                data = await self._read_replica(md, eid, sources, digest)
+                got = await self._read_batch(md, eids, sources_of, digest)
+                nbytes = sum(len(d) for _, d in got)
+                await self.throttle.take(len(got), nbytes)
                 try:
-                    await add(target, md.ledger_id, eid, key, data, timeout)
+                    await add_batch(target, md.ledger_id, key, got, timeout)
                 except LedgerStoreError as exc:
                     raise _TargetFailed(f"{target}: {exc}") from exc
-                self.stats["entries"] += 1
-                self.stats["bytes"] += len(data)
+                self.stats["entries"] += len(got)
+                self.stats["bytes"] += nbytes
 
-        for at in range(0, len(entries), 4096):  # bounded memory for long fragments
-            tasks = [asyncio.ensure_future(one(e)) for e in entries[at:at + 4096]]
+        size = self.settings.rereplication_entry_batch_size
+        step = size * COPY_BATCHES * 16  # bounded memory for long fragments
+        for at in range(0, len(entries), step):
+            part = entries[at:at + step]
+            tasks = [asyncio.ensure_future(one_batch(part[i:i + size])) for i in range(0, len(part), size)]
             try:
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
                     t.cancel()
         return len(entries)
+
+    async def _read_batch(self, md: LedgerMetadata, eids: list[int], sources_of: Callable[[int], list[str]],
+                          digest: DigestManager) -> list[tuple[int, bytes]]:
+        """``(entry id, verified signed bytes)`` of each of ``eids``: one READ_MULTI to the first
+        source of each entry; what that does not answer well is read from the entry's other
+        sources one by one (:meth:`_read_replica`)."""
+        timeout = self.client.config.read_timeout_s
+        by_source: dict[str, list[int]] = {}
+        for eid in eids:
+            by_source.setdefault(sources_of(eid)[0], []).append(eid)
+        got: dict[int, bytes] = {}
+
+        async def from_source(bid: str, ids: list[int]) -> None:
+            try:
+                items = await self.client.bookie_client.read_multi(bid, md.ledger_id, ids, timeout)
+            except LedgerStoreError:
+                return  # every one is read one by one below
+            for eid, status, data in items:
+                if status != Status.OK:
+                    continue
+                try:
+                    digest.verify(data, eid)
+                except LedgerStoreError:
+                    continue
+                got[eid] = data
+
+        await asyncio.gather(*(from_source(b, ids) for b, ids in by_source.items()))
+        for eid in eids:
+            if eid not in got:
+                got[eid] = await self._read_replica(md, eid, sources_of(eid), digest)
+        return [(eid, got[eid]) for eid in eids]
 
     async def _read_replica(self, md: LedgerMetadata, eid: int, sources: list[str], digest: DigestManager) -> bytes:
         timeout = self.client.config.read_timeout_s
