@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 # that may read a page) a long compaction held the loop for most of its run.
 _COMPACT_BATCH_BYTES = 64 * 1024
 _INDEX_UPDATE_CHUNK = 256
+# GC finishes an active log holding at least this many bytes of deleted ledgers when its live
+# fraction is below the threshold, so that it can be compacted now: an active log is never
+# compacted, and one rolls only at entry_log_size_limit (1 GiB), so the space of ledgers deleted
+# while it was written came back only once it filled up or the bookie restarted
+_GC_ROLL_DEAD_BYTES = 1024 * 1024
 
 
 class Compactor:
@@ -49,8 +54,21 @@ class Compactor:
             with st.lock:
                 st.check_open()
                 st.counters.gc_runs += 1
+                self._roll_sparse_active(threshold)
             self._delete_dead_logs()
             self._compact_locked(threshold)
+
+    def _roll_sparse_active(self, threshold: float) -> None:
+        """Finish every active log that is mostly deleted ledgers (live fraction below
+        ``threshold``, at least :data:`_GC_ROLL_DEAD_BYTES` dead), so the same pass deletes or
+        compacts it while the bookie serves. Lock held."""
+        st = self._state
+        for dir_idx, lg in enumerate(st.active):
+            if lg is None or lg.total <= 0 or threshold <= 0:
+                continue
+            live = sum(n for lid, n in lg.ledgers.items() if lid in st.ledgers)
+            if live / lg.total < threshold and lg.total - live >= _GC_ROLL_DEAD_BYTES:
+                self._logs.roll(dir_idx)
 
     def compact(self, threshold: float) -> None:
         """Compact every finished log whose live fraction is below ``threshold`` (the bookie

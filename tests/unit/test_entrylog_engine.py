@@ -319,6 +319,46 @@ def test_gc_reclaims_space_of_deleted_ledgers(tmp_path: Path) -> None:
         e.close()
 
 
+def test_gc_reclaims_deleted_ledgers_of_the_active_log_while_serving(tmp_path: Path) -> None:
+    """Ten interleaved ledgers, all in the one active log (it rolls only at 1 GiB); nine are
+    deleted. One GC pass gives their space back without a restart: the active log is finished
+    and compacted, the survivor stays readable, and adds go on into the new active log."""
+    size, per_ledger = 4096, 256  # 10 MiB in all
+    e = EntryLogStorage([tmp_path])
+    e.open()
+    try:
+        for lid in range(10):
+            e.set_master_key(lid, b"mk")
+        for eid in range(per_ledger):
+            for lid in range(10):
+                e.add_entry(lid, eid, payload(lid, eid, size))
+        e.flush()
+        assert len(log_files(tmp_path)) == 1
+        for lid in range(9):
+            e.delete_ledger(lid)
+        live = per_ledger * size
+        st = e.gc()
+        assert st.bytes_on_disk <= 1.2 * live + 128 * 1024, (st.bytes_on_disk, live)
+        assert disk_bytes(tmp_path) <= 1.2 * live + 256 * 1024
+        for eid in range(per_ledger):
+            assert e.get_entry(9, eid) == payload(9, eid, size)
+        e.add_entry(9, per_ledger, payload(9, per_ledger, size))
+        assert e.get_entry(9, per_ledger) == payload(9, per_ledger, size)
+    finally:
+        e.close()
+
+
+def test_gc_leaves_an_active_log_that_is_mostly_live(tmp_path: Path) -> None:
+    e = _interleaved([tmp_path], entries=1000, size=1024)
+    try:
+        e.delete_ledger(1)  # half the log is dead: above the minor threshold (0.2 live)
+        logs = log_files(tmp_path)
+        e.gc()
+        assert log_files(tmp_path) == logs
+    finally:
+        e.close()
+
+
 # --- (d) compaction copies live entries forward and deletes the old logs -------------------------
 
 
