@@ -1,5 +1,7 @@
 """Reads of the entrylog engine: one entry, or many with one ``pread`` per window of nearby
-records of a log, releasing the engine's lock after about every MiB read.
+records of a log, releasing the engine's lock after about every MiB read. Records of a batch
+that are not in the page cache are read ahead without the lock first, so the disk's time is
+not spent holding every add.
 
 Index look-ups go through the ledger cache (:mod:`~ledgerstore_entrylog.ledger_cache`), records are
 read and verified by :class:`~ledgerstore_entrylog.entrylog.EntryLog`. Locking:
@@ -8,6 +10,7 @@ read and verified by :class:`~ledgerstore_entrylog.entrylog.EntryLog`. Locking:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +28,9 @@ _READ_BATCH_BYTES = 1024 * 1024
 # bytes after the one before it and at most _WINDOW_BYTES after the first.
 _WINDOW_BYTES = 1024 * 1024
 _WINDOW_GAP = 64 * 1024
+# get_entries reads ahead without the lock at most this many bytes per call, this much per pread
+_PREFETCH_BYTES = 16 * 1024 * 1024
+_PREFETCH_CHUNK = 1024 * 1024
 # Ids get_entries looks up per step: the first step's, then at most this many.
 _FIRST_BLOCK = 256
 _MAX_BLOCK = 2048
@@ -51,6 +57,8 @@ class Reader:
         are not held up behind a large batch of reads; ids not read by then are looked up again
         under the next hold, as compaction may have moved their records meanwhile."""
         count = len(entry_ids)
+        if count > 1:
+            self._read_ahead(ledger_id, entry_ids)
         results: list[Any] = [None] * count
         i = 0  # entry_ids[i:] are not looked up yet
         carry: list[int] = []  # positions looked up under an earlier hold but not read
@@ -89,6 +97,70 @@ class Reader:
                 results[pos] = type(failure)(str(failure))
             break
         return results
+
+    def _read_ahead(self, ledger_id: int, entry_ids: Sequence[int]) -> None:
+        """When the first record asked for is not in the page cache (a ``preadv`` with
+        ``RWF_NOWAIT`` says so), read the spans holding the records into the page cache with
+        the lock released: the reads under the lock then copy from memory instead of holding
+        the lock, and the add path behind it, for the disk's time (a catch-up reader of cold
+        entries held each add up to ~100 ms: ``docs/performance.md``, "Catch-up reads beside
+        writers"). A log compacted away meanwhile only makes this read nothing useful."""
+        st = self._state
+        spans: list[tuple[int, int, int]] = []  # (fd, start, end) of nearby records of one log
+        with st.lock:
+            try:
+                led = st.ledger(ledger_id)
+                slot = self._cache.slot
+                # the first and the last record: the kernel's own read-ahead after the previous
+                # batch may already hold the first
+                if not any(self._cold(slot(led, eid) - 1) for eid in (entry_ids[0], entry_ids[-1])
+                           if 0 <= eid <= led.last):
+                    return
+                locs = [v - 1 for eid in entry_ids if 0 <= eid <= led.last and (v := slot(led, eid))]
+            except (LedgerStoreError, OSError):
+                return  # get_entries reports it
+            locs.sort()
+            total = 0
+            for loc in locs:
+                lg = st.logs.get(loc >> 32)
+                offset = loc & OFFSET_MASK
+                if lg is None or offset >= lg.written:
+                    continue  # gone, or still in the write buffer
+                end = min(offset + WINDOW_TAIL, lg.written)
+                if spans and spans[-1][0] == lg.fd and offset - spans[-1][2] <= _WINDOW_GAP:
+                    fd, start, prev_end = spans[-1]
+                    spans[-1] = (fd, start, max(prev_end, end))
+                else:
+                    spans.append((lg.fd, offset, end))
+                total += end - offset  # at most each record's first read: a bound, not a sum
+                if total >= _PREFETCH_BYTES:
+                    break
+        for fd, start, end in spans:
+            pos = start
+            while pos < end:
+                try:
+                    got = len(os.pread(fd, min(_PREFETCH_CHUNK, end - pos), pos))
+                except OSError:
+                    break
+                if not got:
+                    break
+                pos += got
+
+    def _cold(self, loc: int) -> bool:
+        """Whether the record at ``loc`` is on file and not in the page cache. Lock held."""
+        if loc < 0:
+            return False  # no such entry
+        lg = self._state.logs.get(loc >> 32)
+        offset = loc & OFFSET_MASK
+        if lg is None or offset >= lg.written or not hasattr(os, "RWF_NOWAIT"):
+            return False
+        try:
+            os.preadv(lg.fd, [bytearray(1)], offset, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
 
     def _read_block_locked(
         self, led: CachedLedger, entry_ids: Sequence[int], block: Sequence[int], results: list[Any], budget: int

@@ -310,3 +310,45 @@ def test_reads_stay_correct_while_gc_and_compaction_move_records(tmp_path: Path)
         assert e.get_entries(7, list(range(1500))) == want
     finally:
         e.close()
+
+
+def test_records_not_in_the_page_cache_are_read_ahead_without_the_engine_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catch-up read of evicted records waits for the disk with the lock released: the add
+    path (the bookie's event loop) takes the same lock, so a cold read under it held every add
+    for the disk's time."""
+    e = EntryLogStorage([tmp_path])
+    e.open()
+    try:
+        e.set_master_key(1, b"mk")
+        e.add_entries(1, [(eid, payload(1, eid, 4096)) for eid in range(512)])
+        e.flush()
+        log_file = next(tmp_path.rglob("entrylog-*.log"))
+        fd = os.open(log_file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            try:
+                os.preadv(fd, [bytearray(1)], 1 << 20, os.RWF_NOWAIT)
+                pytest.skip("this file system keeps the entry log in memory: nothing is cold here")
+            except BlockingIOError:
+                pass
+        finally:
+            os.close(fd)
+        lock = e.parts.state.lock
+        read_ahead: list[int] = []
+        real_pread = os.pread
+
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            if not lock.locked():  # the read-ahead's reads: the only ones made without the lock
+                read_ahead.append(n)
+            return real_pread(fd, n, offset)
+
+        monkeypatch.setattr(os, "pread", pread)
+        got = e.get_entries(1, list(range(256, 512)))
+        assert sum(read_ahead) >= 256 * 4096 * 0.9  # the records' bytes, read before the lock is taken
+        assert got == [payload(1, eid, 4096) for eid in range(256, 512)]
+        read_ahead.clear()
+        e.get_entries(1, list(range(256, 512)))  # now in the page cache: nothing is read ahead
+        assert read_ahead == []
+    finally:
+        e.close()
