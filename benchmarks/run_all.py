@@ -86,6 +86,7 @@ from ledgerstore.runtime import install_fast_loop, tune_gc
 from ledgerstore.stalls import PeakWindow, attribute, probe_loop_lag, watch_gc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ops_rows  # noqa: E402
 from redis_xadd import RedisBenchError, run_xadd  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -132,6 +133,7 @@ def _rows() -> dict[str, Row]:
             600_000, ">="),
         Row("vs_redis", "Redis 7 XADD, appendonly yes, appendfsync always, pipelined, 100 B, same run",
             "ledgerstore / Redis entries/s", "x", 4.0, ">="),
+        *(Row(*spec) for spec in ops_rows.ROWS),
     ]
     return {r.key: r for r in rows}
 
@@ -321,8 +323,8 @@ class DiskProbe:
 
 async def rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
                             write_quorum: int, ack_quorum: int, warmup: float = 0.0,
-                            stall_urls: dict[str, str] | None = None, probe_dir: Path | None = None
-                            ) -> dict[str, Any]:
+                            stall_urls: dict[str, str] | None = None, probe_dir: Path | None = None,
+                            keep_ledger: bool = False) -> dict[str, Any]:
     """Append ``rate`` entries per second for ``warmup + duration`` seconds on a fixed schedule;
     each add's latency runs from its scheduled time to its acknowledgement. Adds due during the
     warm-up (connections opening, first ledger writes) run on the same schedule but are not
@@ -331,18 +333,21 @@ async def rate_limited_adds(client: Client, rate: float, duration: float, entry_
     The worst latency of each wall-clock second is kept; with ``stall_urls`` (each bookie's
     ``/api/v1/bookie/stalls``) the result also says, for the worst seconds, what the bookies and
     this client (event-loop lag and GC pauses, probed during the run) were doing then; with
-    ``probe_dir`` (a directory on the bookies' disk) a :class:`DiskProbe` runs meanwhile."""
+    ``probe_dir`` (a directory on the bookies' disk) a :class:`DiskProbe` runs meanwhile. The
+    ledger written is deleted at the end, or with ``keep_ledger`` closed and kept (its id in
+    ``ledger_id``)."""
     with contextlib.ExitStack() as stack:
         probe = PeakWindow()
         disk = stack.enter_context(DiskProbe(probe_dir, probe)) if probe_dir is not None else None
         result = await _rate_limited_adds(client, rate, duration, entry_size, ensemble, write_quorum, ack_quorum,
-                                          warmup, stall_urls, probe, disk.runnable if disk else None)
+                                          warmup, stall_urls, probe, disk.runnable if disk else None, keep_ledger)
     return result
 
 
 async def _rate_limited_adds(client: Client, rate: float, duration: float, entry_size: int, ensemble: int,
                              write_quorum: int, ack_quorum: int, warmup: float, stall_urls: dict[str, str] | None,
-                             probe: PeakWindow, runnable: dict[int, int] | None) -> dict[str, Any]:
+                             probe: PeakWindow, runnable: dict[int, int] | None, keep_ledger: bool = False
+                             ) -> dict[str, Any]:
     lh = await client.create_ledger(ensemble, write_quorum, ack_quorum, password=PASSWORD)
     client_peaks = PeakWindow()
     lag_probe = asyncio.get_running_loop().create_task(probe_loop_lag(client_peaks))
@@ -395,14 +400,16 @@ async def _rate_limited_adds(client: Client, rate: float, duration: float, entry
     lag_probe.cancel()
     unwatch_gc()
     await lh.close()
-    await client.delete_ledger(lh.ledger_id)
+    if not keep_ledger:
+        await client.delete_ledger(lh.ledger_id)
     last_second = int(start + issue_seconds + to_wall)
     worst_ms = [round(w * 1000, 1) for w in worst[:max(1, last_second - first_second + 1)]]
     windows = {"client": client_peaks.snapshot(first_second - 1), "machine": probe.snapshot(first_second - 1)}
     if stall_urls:
         windows |= await asyncio.to_thread(read_peaks, stall_urls)
     return {
-        "rate_target": rate, "entries": issued - warm, "warmup_entries": warm, "issue_seconds": round(issue_seconds, 3),
+        "ledger_id": lh.ledger_id, "rate_target": rate, "entries": issued - warm, "warmup_entries": warm,
+        "issue_seconds": round(issue_seconds, 3),
         "rate_achieved": round(issued / issue_seconds, 1) if issue_seconds else 0.0,
         "max_schedule_lag_ms": round(max_lag * 1000, 3), "errors": len(errors),
         "first_error": repr(errors[0]) if errors else None, "latency_ms": rec.summary_ms(),
@@ -561,6 +568,10 @@ class Plan:
     #: keys of the rows to run (empty: every row); rows they need run too (``read_seq_100b`` and
     #: ``vs_redis`` read or compare with ``write_100b_e3``)
     only: tuple[str, ...] = ()
+    #: ``--tiny``: the rows that size their own data (``ops_rows.py``) shrink it too
+    tiny: bool = False
+    #: MiB of data the operations rows (``ops_rows.py``) write before they measure
+    ops_mb: int = 2048
 
     def wants(self, *keys: str) -> bool:
         """Whether any of the rows ``keys`` is to be run."""
@@ -781,6 +792,8 @@ def run(plan: Plan) -> dict[str, Any]:
             finally:
                 cluster.stop()
 
+        ops_rows.run_rows(sys.modules[__name__], plan, rows, Path(tmp))
+
     if plan.wants("vs_redis"):
         _redis_row(plan, rows)
 
@@ -971,6 +984,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=100,
                     help="entries per append call in the throughput rows (append_many); 1 = append_async per entry. "
                          "With N > 1 the 100 B rows also run once with one add per call, as a detail")
+    ap.add_argument("--ops-mb", type=int, default=2048,
+                    help="MiB written by the operations rows (catchup_isolation, recovery, gc_reclaim) before they "
+                         "measure")
     ap.add_argument("--tiny", action="store_true",
                     help="a few thousand entries per row: checks that everything runs, measures nothing")
     ap.add_argument("--fail-on-miss", action="store_true", help="exit with status 1 when a row misses its target")
@@ -987,9 +1003,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(duration=args.duration, count=None, warmup=args.warmup, rate=args.rate, rate_duration=args.rate_duration,
                 outstanding=args.outstanding, memory_entries=args.memory_entries, redis_pipeline=args.redis_pipeline,
                 profile_dir=args.profile_dir, profile_seconds=args.profile_seconds, storage=args.storage,
-                batch=args.batch, only=only)
+                batch=args.batch, only=only, ops_mb=args.ops_mb)
     if args.tiny:
-        plan = dataclasses.replace(plan, duration=None, count=2000, warmup=0.0, rate_duration=0.5,
+        plan = dataclasses.replace(plan, duration=None, count=2000, warmup=0.0, rate_duration=0.5, tiny=True, ops_mb=min(args.ops_mb, 16),
                                    outstanding=min(args.outstanding, 2000), memory_entries=min(args.memory_entries, 5000),
                                    redis_pipeline=min(args.redis_pipeline, 200),
                                    profile_seconds=min(args.profile_seconds, 1.0))
