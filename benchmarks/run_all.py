@@ -87,6 +87,7 @@ from ledgerstore.stalls import PeakWindow, attribute, probe_loop_lag, watch_gc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ops_rows  # noqa: E402
+import scale_rows  # noqa: E402
 from redis_xadd import RedisBenchError, run_xadd  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -134,6 +135,7 @@ def _rows() -> dict[str, Row]:
         Row("vs_redis", "Redis 7 XADD, appendonly yes, appendfsync always, pipelined, 100 B, same run",
             "ledgerstore / Redis entries/s", "x", 4.0, ">="),
         *(Row(*spec) for spec in ops_rows.ROWS),
+        *(Row(*spec) for spec in scale_rows.ROWS),
     ]
     return {r.key: r for r in rows}
 
@@ -791,6 +793,8 @@ def run(plan: Plan) -> dict[str, Any]:
                 asyncio.run(_one_bookie_rows(cluster, plan, rows, extra))
             finally:
                 cluster.stop()
+        if plan.wants(*scale_rows.KEYS):
+            scale_rows.run(plan.tiny, plan.wants, rows, extra, Path(tmp))
 
         ops_rows.run_rows(sys.modules[__name__], plan, rows, Path(tmp))
 

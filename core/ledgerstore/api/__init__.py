@@ -2,6 +2,7 @@
 
 from ledgerstore.api.metadata import (
     ANY_VERSION,
+    CHILDREN_PAGE,
     NOT_EXISTS,
     EventType,
     MetadataStore,
@@ -36,6 +37,7 @@ from ledgerstore.api.transport import (
 
 __all__ = [
     "ANY_VERSION",
+    "CHILDREN_PAGE",
     "DEFAULT_MAX_FRAME_SIZE",
     "NOT_EXISTS",
     "BookieInfo",

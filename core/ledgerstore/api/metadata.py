@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, Final
 
 from ledgerstore.api.options import options_for
@@ -24,6 +24,8 @@ from ledgerstore.api.options import options_for
 NOT_EXISTS: Final = -1
 #: ``expected_version`` meaning "whatever the current version is" (unconditional write).
 ANY_VERSION: Final = None
+#: names per answer of :meth:`MetadataStore.iter_children` unless the caller asks otherwise
+CHILDREN_PAGE: Final = 1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,6 +185,34 @@ class MetadataStore(abc.ABC):
             listener(event)
 
     # --- conveniences built on the primitives (backends may override for speed) ---------------
+
+    async def children_page(self, key: str, start_after: str | None = None, limit: int = CHILDREN_PAGE) -> list[str]:
+        """At most ``limit`` names of the direct children of ``key`` that sort after
+        ``start_after`` (all of them when it is None), sorted: one page of :meth:`children`.
+
+        This default reads the whole list and cuts it; a backend that can range over its keys
+        (etcd, sqlite) overrides it so a page costs a page. ZooKeeper cannot page a
+        ``getChildren``: there the callers' key layouts keep every list small (the ledger
+        layout's levels hold at most 10,000 names)."""
+        if limit < 1:
+            raise ValueError(f"a page holds at least one name, asked for {limit}")
+        names = await self.children(key)
+        if start_after is not None:
+            names = [n for n in names if n > start_after]
+        return names[:limit]
+
+    async def iter_children(self, key: str, page_size: int = CHILDREN_PAGE) -> AsyncIterator[str]:
+        """The names of the direct children of ``key``, sorted, read ``page_size`` at a time
+        (:meth:`children_page`), so no answer holds more than one page. A child created or
+        deleted during the walk may or may not be seen; every child present throughout is."""
+        after: str | None = None
+        while True:
+            page = await self.children_page(key, after, page_size)
+            for name in page:
+                yield name
+            if len(page) < page_size:
+                return
+            after = page[-1]
 
     async def delete_recursive(self, key: str) -> None:
         """Delete ``key`` and everything below it (no versions checked)."""

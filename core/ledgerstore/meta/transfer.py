@@ -72,7 +72,7 @@ class Snapshot:
 
 
 def _kind(key: str) -> str:
-    if key.startswith(layout.LEDGERS + "/") and layout.parse_ledger_node(key.rpartition("/")[2]) is not None:
+    if layout.parse_ledger_key(key) is not None:
         return "ledgers"
     if key.startswith(layout.COOKIES + "/"):
         return "cookies"
@@ -133,7 +133,7 @@ async def read_snapshot(store: MetadataStore, live: Sequence[str], uri: str) -> 
         raise TransferError(f"no cluster at {uri}: it holds no instance id ({len(keys)} keys)")
     counters = {name: await store.next_id(name) for name in COUNTERS}
     # a ledger restored under an id of its own (ledgermetadata -restorefromfile) may lie past the counter
-    ids = [layout.parse_ledger_node(k.rpartition("/")[2]) for k in keys if _kind(k) == "ledgers"]
+    ids = [layout.parse_ledger_key(k) for k in keys]
     counters[layout.LEDGER_ID_COUNTER] = max([counters[layout.LEDGER_ID_COUNTER], *(i for i in ids if i is not None)])
     return Snapshot(dict(sorted(keys.items())), counters)
 

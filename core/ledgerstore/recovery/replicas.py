@@ -92,12 +92,8 @@ class ReplicasCheck:
         held = {b: h for b, h in zip(bookies, answers, strict=True) if h is not None}
         suspects: dict[int, set[str]] = {}
         checked = 0
-        async for lid in self.ledgers.list():
-            try:
-                md = await self.ledgers.read(lid)
-            except NoSuchLedgerError:
-                continue
-            if not md.is_closed:
+        async for lid, md in self.ledgers.read_many(self.ledgers.list()):
+            if md is None or not md.is_closed:
                 continue
             checked += 1
             for b in md.bookies() & held.keys():

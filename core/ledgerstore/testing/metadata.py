@@ -11,6 +11,8 @@ import pytest
 
 from ledgerstore.api import NOT_EXISTS, EventType, MetadataStore, Notification, SessionEvent
 from ledgerstore.errors import BadVersionError, KeyExistsError, NoSuchKeyError
+from ledgerstore.meta import layout
+from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.testing.capabilities import require
 
 T = TypeVar("T")
@@ -36,6 +38,29 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, inter
         await asyncio.sleep(interval)
 
 
+class LargestChildrenAnswer:
+    """While entered, records the most names any ``children`` answer of ``store`` held (the
+    answers a ZooKeeper ``getChildren`` would carry whole, under its ``jute.maxbuffer``)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        #: the most names one answer held so far
+        self.largest = 0
+        self._plain = store.children
+
+    async def _counted(self, key: str) -> list[str]:
+        names = await self._plain(key)
+        self.largest = max(self.largest, len(names))
+        return names
+
+    def __enter__(self) -> LargestChildrenAnswer:
+        self.store.children = self._counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.children = self._plain  # type: ignore[method-assign]
+
+
 class MetadataStoreConformance:
     """Subclass and provide a ``store_factory`` fixture returning a callable that builds a new,
     unstarted store client connected to one shared, empty namespace.
@@ -51,6 +76,10 @@ class MetadataStoreConformance:
     cas_race_writers = 8
     #: seconds within which an ephemeral key of a closed session must vanish
     ephemeral_timeout = 20.0
+    #: ledgers the layout case creates and lists (the issue asks for 25,000 or more)
+    many_ledgers = 25_000
+    #: creates in flight while it fills the store
+    create_window = 256
 
     @pytest.fixture
     def store_factory(self) -> StoreFactory:  # pragma: no cover - must be overridden
@@ -238,6 +267,51 @@ class MetadataStoreConformance:
 
         self._with_stores(store_factory, writers, body)
 
+    def test_children_come_in_sorted_pages(self, store_factory: StoreFactory) -> None:
+        """``children_page`` cuts the sorted children after a name, ``iter_children`` walks them
+        a page at a time, and both agree with ``children`` (names with characters that sort
+        before ``/`` included, and children that only have descendants)."""
+
+        async def body(s: MetadataStore) -> None:
+            names = [f"n{i:02d}" for i in range(23)] + ["a", "a-1", "a.b", "b"]
+            for n in names:
+                await s.put(f"/pg/{n}", b"v")
+            await s.put("/pg/a/deep/er", b"v")
+            await s.put("/pg/only-deep/x/y", b"v")
+            every = sorted([*names, "only-deep"])
+            assert await s.children("/pg") == every
+            assert await s.children_page("/pg", None, 3) == every[:3]
+            assert await s.children_page("/pg", "a", 2) == ["a-1", "a.b"]
+            assert await s.children_page("/pg", every[-1], 5) == []
+            assert await s.children_page("/nothing/here") == []
+            assert [n async for n in s.iter_children("/pg", page_size=4)] == every
+            assert [n async for n in s.iter_children("/pg", page_size=len(every))] == every
+            with pytest.raises(ValueError):
+                await s.children_page("/pg", None, 0)
+
+        self._with_stores(store_factory, 1, body)
+
+    def test_ledgers_are_laid_out_hierarchically_and_listed_without_a_giant_answer(
+            self, store_factory: StoreFactory) -> None:
+        """``many_ledgers`` ledgers (ids 1 up, and two far ones) are stored at BookKeeper's
+        long-hierarchical keys (``/ledgers/000/0000/0000/0000/L0001``); the ledger manager lists
+        every one, ascending, and no children answer it reads holds more than 10,000 names."""
+
+        async def body(s: MetadataStore) -> None:
+            mgr = LedgerManager(s)
+            ids = [*range(1, self.many_ledgers + 1), 10**12 + 7, 2**63 - 1]
+            for i in range(0, len(ids), self.create_window):
+                await asyncio.gather(*(mgr.create(_small_ledger(lid)) for lid in ids[i:i + self.create_window]))
+            assert await s.get("/ledgers/000/0000/0000/0000/L0001") is not None
+            assert await s.get("/ledgers/922/3372/0368/5477/L5807") is not None
+            assert await s.children("/ledgers/000/0000/0000") == ["0000", "0001", "0002"]
+            with LargestChildrenAnswer(s) as answers:
+                listed = [lid async for lid in LedgerManager(s).list()]
+            assert listed == ids
+            assert 0 < answers.largest <= layout.MAX_LEVEL_CHILDREN
+
+        self._with_stores(store_factory, 1, body)
+
     def test_delete_recursive(self, store_factory: StoreFactory) -> None:
         async def body(s: MetadataStore) -> None:
             for k in ["/tree/a", "/tree/a/b", "/tree/c/d/e"]:
@@ -289,3 +363,8 @@ class MetadataStoreConformance:
             assert events == [SessionEvent.LOST, SessionEvent.RESTORED], "a second session event came"
 
         self._with_stores(store_factory, 2, body)
+
+
+def _small_ledger(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id=ledger_id, ensemble_size=1, write_quorum=1, ack_quorum=1, digest_type="crc32c",
+                          password_check="-", ensembles=[(0, ["bookie-1:3181"])])
