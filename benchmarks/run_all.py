@@ -794,7 +794,7 @@ def run(plan: Plan) -> dict[str, Any]:
             finally:
                 cluster.stop()
         if plan.wants(*scale_rows.KEYS):
-            scale_rows.run(plan.tiny, plan.wants, rows, extra, Path(tmp))
+            scale_rows.run(plan.tiny, plan.wants, rows, extra, Path(tmp), rss_mb, plan.storage)
 
         ops_rows.run_rows(sys.modules[__name__], plan, rows, Path(tmp))
 
