@@ -10,6 +10,7 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import TypeVar
 
 from ledgerstore.api import NOT_EXISTS, MetadataStore
 from ledgerstore.errors import (
@@ -23,6 +24,7 @@ from ledgerstore.errors import (
 from ledgerstore.meta import layout
 
 FORMAT_VERSION = 1
+T = TypeVar("T")
 #: metadata reads :meth:`LedgerManager.read_many` keeps in flight: enough to hide a round trip to
 #: ZooKeeper or etcd (about 1 ms here) behind the others, few enough not to flood the server
 READ_WINDOW = 64
@@ -211,16 +213,21 @@ class LedgerManager:
             except NoSuchLedgerError:
                 return lid, None
 
-        pending: set[asyncio.Task[tuple[int, LedgerMetadata | None]]] = set()
+        # a list, not a set: the reads complete in an order the loop decides, and are handed
+        # on in the order they were started among those done, never in a set's hash order
+        # (a simulation run must replay exactly from its seed)
+        pending: list[asyncio.Task[tuple[int, LedgerMetadata | None]]] = []
         try:
             async for lid in _as_async(ids):
-                pending.add(asyncio.ensure_future(one(lid)))
+                pending.append(asyncio.ensure_future(one(lid)))
                 if len(pending) >= window:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    done, pending = _split_done(pending)
                     for task in done:
                         yield task.result()
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = _split_done(pending)
                 for task in done:
                     yield task.result()
         finally:
@@ -261,6 +268,11 @@ class LedgerManager:
                         yield below
             elif (leaf := lay.leaf_id(parents, name)) is not None:
                 yield leaf
+
+
+def _split_done(tasks: list[asyncio.Task[T]]) -> tuple[list[asyncio.Task[T]], list[asyncio.Task[T]]]:
+    """(the done tasks, the others), each in the order of ``tasks``."""
+    return [t for t in tasks if t.done()], [t for t in tasks if not t.done()]
 
 
 async def _as_async(ids: AsyncIterable[int] | Iterable[int]) -> AsyncIterator[int]:
