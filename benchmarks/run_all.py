@@ -909,6 +909,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             red = d["redis"]
             bits.append(f"Redis {red['redis_version']}: {red['entries_per_s']:,.0f} entries/s "
                         f"(pipeline {red['pipeline']}, {red['settings']})")
+        if "summary" in d:  # rows that say in one line what their details hold
+            bits.append(d["summary"])
         out.append(f"- **{r['key']}**: " + "; ".join(bits))
     if "client_memory" in result:
         c = result["client_memory"]

@@ -94,15 +94,20 @@ def run(tiny: bool, wants: Callable[..., bool], rows: dict[str, Any], extra: dic
         try:
             cluster.start()
             details = asyncio.run(_many_ledgers(cluster, MANY_LEDGERS_TINY if tiny else MANY_LEDGERS,
-                                                4_000 if tiny else 1_000_000, rss_mb))
+                                                4_000 if tiny else 1_000_000, rss_mb, 0.2 if tiny else 1.0))
         finally:
             cluster.stop()
             shutil.rmtree(cluster.data_dir, ignore_errors=True)
         row = rows.get("write_100b_e3")
         if row is not None and row.measured is not None and not row.skipped:
             details["reference"] = {"row": "write_100b_e3", "entries_per_s": row.measured}
+        ref = details["reference"]
+        details["summary"] = (
+            f"{details['ledgers']:,} ledgers: {details['entries_per_s']:,} entries/s against {ref['entries_per_s']:,} "
+            f"({ref['row']}); bookie RSS {details['bookie_rss_mb_per_1000_ledgers']} MB per 1,000 open ledgers, "
+            f"{details['bookie_rss_mb_per_million_entries']} MB per million entries")
         r.details = details
-        r.settle(100 * details["entries_per_s"] / details["reference"]["entries_per_s"])
+        r.settle(100 * details["entries_per_s"] / ref["entries_per_s"])
     if wants("metadata_scale"):
         r = rows["metadata_scale"]
         r.load_before = load()
@@ -110,7 +115,11 @@ def run(tiny: bool, wants: Callable[..., bool], rows: dict[str, Any], extra: dic
         per_backend = {b: asyncio.run(_metadata_scale(b, n, tmp / f"meta-{b}")) for b in BACKENDS}
         largest = max(d["largest_children_answer"] for d in per_backend.values())
         r.details = {"ledgers": n, "backends": per_backend, "largest_children_answer": largest,
-                     "limit_children_answer": layout.MAX_LEVEL_CHILDREN}
+                     "limit_children_answer": layout.MAX_LEVEL_CHILDREN,
+                     "summary": f"{n:,} ledgers; " + "; ".join(
+                         f"{b}: create {d['create_per_s']:,}/s, open {d['open_per_s']:,}/s, list {d['list_s']} s, "
+                         f"auditor {d['auditor_s']} s, GC {d['gc_s']} s" for b, d in per_backend.items())
+                     + f"; largest children answer {largest:,} (limit {layout.MAX_LEVEL_CHILDREN:,})"}
         r.settle(max(d["auditor_s"] for d in per_backend.values()))
         if largest > layout.MAX_LEVEL_CHILDREN or any(d["listed"] != n for d in per_backend.values()):
             r.passed = False
@@ -202,7 +211,8 @@ def _phase(name: str, count: int, seconds: float) -> dict[str, Any]:
     return {f"{name}_s": round(seconds, 3), f"{name}_per_s": round(count / seconds) if seconds > 0 else None}
 
 
-async def _many_ledgers(cluster: LocalCluster, n: int, entries: int, rss_mb: Callable[[int], float]) -> dict[str, Any]:
+async def _many_ledgers(cluster: LocalCluster, n: int, entries: int, rss_mb: Callable[[int], float],
+                        warmup: float = 1.0) -> dict[str, Any]:
     """Single-ledger append_many on the bookies first (the reference when the table's own row
     did not run), then ``n`` ledgers opened at once and ``entries`` adds spread over them twice:
     the bookies' RSS before the ledgers, after the first pass and after the second gives the
@@ -215,8 +225,8 @@ async def _many_ledgers(cluster: LocalCluster, n: int, entries: int, rss_mb: Cal
     # ledger creation is setup here, not measured: each create's salted scrypt check (20 ms of a
     # core at the default cost, by design) is made at the smallest cost a client may configure
     async with Client(metadata=cluster.metadata, password_check_cost=SCRYPT_N_RANGE[0]) as client:
-        single = await run_writes(client, WriteOptions(count=entries, ensemble=3, write_quorum=3, ack_quorum=2,
-                                                       entry_size=100, batch=100))
+        single = await run_writes(client, WriteOptions(count=entries, warmup=warmup, ensemble=3, write_quorum=3,
+                                                       ack_quorum=2, entry_size=100, batch=MANY_BATCH))
         if single.errors:
             raise LedgerStoreError(f"single-ledger writes failed: {single.first_error}")
         before = rss()
