@@ -2,8 +2,8 @@
 
 from ledgerstore.client.client import Client
 from ledgerstore.client.ledger import LedgerHandle
-from ledgerstore.client.log import LogReader, LogWriter, Position
+from ledgerstore.client.log import LogReader, LogRecord, LogWriter, Position
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.proto.digest import Entry
 
-__all__ = ["Client", "Entry", "LedgerHandle", "LogReader", "LogWriter", "Position", "ReadHandle"]
+__all__ = ["Client", "Entry", "LedgerHandle", "LogReader", "LogRecord", "LogWriter", "Position", "ReadHandle"]

@@ -80,9 +80,11 @@ def test_hand_written_sync_methods_are_only_the_expected_ones() -> None:
         ("Client", "from_config"), ("Client", "close"), ("Client", "__exit__"),
         # the append inbox: many blocking adds share one loop wake-up and one batch
         *((h, m) for h in ("LedgerHandle",) for m in ("append", "append_async", "append_many", "append_many_async")),
-        ("LogWriter", "append"), ("LogWriter", "append_async"),
-        # a log reader's cursor includes what an abandoned iterator read ahead
+        *((h, m) for h in ("LogWriter",) for m in ("append", "append_async", "append_many", "append_many_async")),
+        # a log reader's cursor includes what an abandoned iterator read ahead; every iterator
+        # reads records into it, so plain and records() loops can follow each other
         ("LogReader", "position"), ("LogReader", "read_batch"), ("LogReader", "wait"),
+        ("LogReader", "__iter__"), ("LogReader", "tail"), ("LogReader", "records"),
         # sync-only conveniences
         *((h, m) for h in ("ReadHandle", "LedgerHandle") for m in ("__iter__", "__enter__", "__exit__")),
     }

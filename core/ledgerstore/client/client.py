@@ -267,21 +267,26 @@ class Client:
         roll_size_bytes: int | None = None,
         roll_interval_s: float | None = None,
         create: bool = True,
+        producer_id: str | None = None,
+        producer_ttl_s: float | None = None,
     ) -> LogWriter:
         """Become the leader of log ``name``: recover (fence and close) every ledger of it that is
         not closed (always the last two), create a ledger and
         CAS-append it to the log's list; only then are writes accepted. Rolls to a new ledger
         after ``roll_size_bytes`` of payload or ``roll_interval_s`` seconds (checked on append).
         LogError if the log does not exist and ``create`` is false, or if the list kept changing
-        under this writer."""
+        under this writer. ``producer_id`` is the default producer of appends with a ``seq``
+        (exactly-once appends, docs/logs.md); ``producer_ttl_s`` forgets producers idle that long."""
         args.text("name", name)
         args.password(password)
         args.flag("create", create)
         args.optional_integer("roll_size_bytes", roll_size_bytes, 1)
         args.positive_number("roll_interval_s", roll_interval_s, optional=True)
         settings = LedgerSettings(ensemble, write_quorum, ack_quorum, digest, password)
+        args.positive_number("producer_ttl_s", producer_ttl_s, optional=True)
         return await open_log_writer(self, name, settings, roll_size_bytes=roll_size_bytes,
-                                     roll_interval_s=roll_interval_s, create=create)
+                                     roll_interval_s=roll_interval_s, create=create, producer_id=producer_id,
+                                     producer_ttl_s=producer_ttl_s)
 
     async def open_log_reader(
         self,

@@ -16,7 +16,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ledgerstore.client import client as aio_client
 from ledgerstore.client import ledger as aio_ledger
@@ -26,6 +26,7 @@ from ledgerstore.client._mirror import (
     SyncWrapper,
     acquire,
     call_timeout,
+    iterate,
     relay,
     release,
     run,
@@ -135,38 +136,79 @@ class LogWriter(SyncWrapper, mirrors=aio_log.LogWriter):
 
     def __init__(self, obj: aio_log.LogWriter, loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(obj, loop)
-        self._inbox = _Inbox(self.loop, obj.append_async)
+        self._inbox = _Inbox(self.loop, self._submit)
 
-    def append(self, payload: bytes) -> Position:
-        """Add an entry; blocks until it is acknowledged and returns its position."""
-        return wait_future(self.append_async(payload))
+    def _submit(self, item: tuple[bool, Any, int | None, str | None]) -> asyncio.Future[Position]:
+        many, what, seq, producer_id = item
+        writer: aio_log.LogWriter = self.aio
+        if many:
+            return writer.append_many_async(what, first_seq=seq, producer_id=producer_id)
+        return writer.append_async(what, seq=seq, producer_id=producer_id)
 
-    def append_async(self, payload: bytes) -> concurrent.futures.Future[Position]:
+    def append(self, payload: bytes, *, seq: int | None = None, producer_id: str | None = None) -> Position:
+        """Add an entry; blocks until it is acknowledged and returns its position (with ``seq``:
+        of the entry holding that sequence, which a duplicate does not write again)."""
+        return wait_future(self.append_async(payload, seq=seq, producer_id=producer_id))
+
+    def append_async(self, payload: bytes, *, seq: int | None = None,
+                     producer_id: str | None = None) -> concurrent.futures.Future[Position]:
         """Queue an add; the future resolves to its position (in position order)."""
-        return self._inbox.put(payload)
+        return self._inbox.put((False, payload, seq, producer_id))
+
+    def append_many(self, payloads: Sequence[bytes], *, first_seq: int | None = None,
+                    producer_id: str | None = None) -> Position:
+        """Add many entries; blocks until all are acknowledged and returns the last one's position."""
+        return wait_future(self.append_many_async(payloads, first_seq=first_seq, producer_id=producer_id))
+
+    def append_many_async(self, payloads: Sequence[bytes], *, first_seq: int | None = None,
+                          producer_id: str | None = None) -> concurrent.futures.Future[Position]:
+        """Queue many adds; the future resolves to the last one's position once all are acknowledged."""
+        return self._inbox.put((True, list(payloads), first_seq, producer_id))
+
+
+def _pairs(records: Iterator[aio_log.LogRecord]) -> Iterator[tuple[Position, bytes]]:
+    for rec in records:
+        yield rec[0], rec[1]
 
 
 class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
     """Synchronous view of :class:`ledgerstore.aio.LogReader`: ``for position, payload in reader``
-    reads what is in the log now; ``tail()`` keeps following it.
+    reads what is in the log now; ``tail()`` keeps following it; ``records()`` yields
+    :class:`~ledgerstore.aio.LogRecord` s.
 
     Iterators read ahead of the caller without a loop round trip per entry; what a ``for`` loop
     left early had read ahead is returned first by the next ``for`` loop or :meth:`read_batch`,
-    and :attr:`position` counts it as not read yet."""
+    and :attr:`position` counts it as not read yet. Written by hand: every iterator reads
+    records into that one cursor, and the plain ones hand out ``(position, payload)`` from it, so
+    a ``records()`` loop and a ``for`` loop can follow each other without losing anything."""
 
     _attributes = ("name", "follow", "poll_interval_s", "batch_size", "open_ledger_grace_s")
     _shared_cursor = True
 
-    if TYPE_CHECKING:  # generated from __aiter__ at run time
-        def __iter__(self) -> Iterator[tuple[Position, bytes]]: ...
+    def _records(self, follow: bool | None) -> Iterator[aio_log.LogRecord]:
+        reader: aio_log.LogReader = self.aio
+        return iterate(self.loop, lambda: reader.records(follow), self._unconsumed)
+
+    def __iter__(self) -> Iterator[tuple[Position, bytes]]:
+        """Every entry from the reader's position on, as ``(position, payload)``."""
+        return _pairs(self._records(None))
+
+    def tail(self) -> Iterator[tuple[Position, bytes]]:
+        """Iterate forever: every entry from the reader's position on, waiting for new ones."""
+        return _pairs(self._records(True))
+
+    def records(self, follow: bool | None = None) -> Iterator[aio_log.LogRecord]:
+        """Iterate as ``for`` does (``follow``: as :meth:`tail` does), yielding records with the
+        producer and sequence each entry was appended with."""
+        return self._records(follow)
 
     @property
     def position(self) -> Position | None:
         """Position of the next entry this reader returns (None when it waits for a new ledger)."""
         reader: aio_log.LogReader = self.aio
         if self._unconsumed:
-            first: tuple[Position, bytes] = self._unconsumed[0]
-            return first[0]
+            first: aio_log.LogRecord = self._unconsumed[0]
+            return first.position
         return reader.position
 
     def read_batch(self, max_entries: int = 1000) -> list[tuple[Position, bytes]]:
@@ -174,7 +216,8 @@ class LogReader(SyncWrapper, mirrors=aio_log.LogReader):
         if not self._unconsumed:
             return run(self.aio.read_batch(max_entries), self.loop)
         n = min(max_entries, len(self._unconsumed))
-        return [self._unconsumed.popleft() for _ in range(n)]
+        pop = self._unconsumed.popleft
+        return [pop()[:2] for _ in range(n)]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until more entries may be available (or ``timeout``); True if :meth:`read_batch`

@@ -24,7 +24,7 @@ class LogClient(Protocol):
 
     async def create_ledger(self, ensemble: int | None = None, write_quorum: int | None = None,
                             ack_quorum: int | None = None, digest: str | None = None,
-                            password: bytes = b"") -> LedgerHandle:
+                            password: bytes = b"", custom_metadata: dict[str, str] | None = None) -> LedgerHandle:
         """Create a ledger (see ``Client.create_ledger``)."""
         ...
 

@@ -1,5 +1,7 @@
 """Reading a log in order, across its ledgers, without fencing anything: closed ledgers whole,
-the open one up to its last-add-confirmed, and tailing for new entries and new ledgers."""
+the open one up to its last-add-confirmed, and tailing for new entries and new ledgers. Entries
+of format 2 ledgers lose their header here (:mod:`.entry`); :meth:`LogReader.records` shows the
+producer and sequence it carried."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Literal
 
 from ledgerstore.client.log.base import LogClient, log_manager
+from ledgerstore.client.log.entry import LogRecord, decode, is_sequenced_format
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.errors import (
     BookieUnavailableError,
@@ -36,7 +39,9 @@ class LogReader:
     """Reads a log in order, across its ledgers, without fencing anything.
 
     ``async for position, payload in reader`` reads what is in the log now and stops; ``tail()``
-    (or ``follow=True``) keeps waiting for new entries and new ledgers. ``read_batch(n)`` returns up
+    (or ``follow=True``) keeps waiting for new entries and new ledgers. ``records()`` iterates
+    the same way over :class:`~ledgerstore.client.log.entry.LogRecord` (position, payload,
+    producer_id, seq), from the same cursor. ``read_batch(n)`` returns up
     to ``n`` entries (an empty list when nothing more is available yet). The open ledger is read up
     to its last-add-confirmed: its newest entry becomes visible once the writer adds another entry,
     rolls or closes.
@@ -57,7 +62,7 @@ class LogReader:
         self._idx = index
         self._next = next_entry
         self._rh: ReadHandle | None = None
-        self._buf: collections.deque[tuple[Position, bytes]] = collections.deque()
+        self._buf: collections.deque[LogRecord] = collections.deque()
         self.follow = follow
         self.poll_interval_s = poll_interval_s
         self.batch_size = batch_size
@@ -88,7 +93,8 @@ class LogReader:
         if not self._buf:
             await self._fetch(max_entries)
         n = min(max_entries, len(self._buf))
-        return [self._buf.popleft() for _ in range(n)]
+        pop = self._buf.popleft
+        return [pop()[:2] for _ in range(n)]
 
     async def _refresh_log(self) -> None:
         md = await self._logs.read(self.name)
@@ -134,7 +140,11 @@ class LogReader:
                 last = min(end, self._next + max_entries - 1)
                 entries = await self._read(rh, self._next, last)
                 lid = rh.ledger_id
-                self._buf.extend((Position(lid, e.entry_id), e.payload) for e in entries)
+                if is_sequenced_format(rh.md.custom):
+                    self._buf.extend(LogRecord(Position(lid, e.entry_id), *decode(e.payload))
+                                     for e in entries)
+                else:
+                    self._buf.extend(LogRecord(Position(lid, e.entry_id), e.payload, None, None) for e in entries)
                 self._next = last + 1
                 self._blocked = None
                 return
@@ -196,6 +206,7 @@ class LogReader:
             await self.wait(remaining)
         return True
 
+
     async def _read(self, rh: ReadHandle, first: int, last: int) -> list[Entry]:
         try:
             return await rh.read(first, last)
@@ -240,9 +251,20 @@ class LogReader:
         """Iterate forever: every entry from the reader's position on, waiting for new ones."""
         return self._iterate(True)
 
+    async def records(self, follow: bool | None = None) -> AsyncIterator[LogRecord]:
+        """Iterate as ``async for`` does (``follow``: as :meth:`tail` does; default: the reader's
+        ``follow``), yielding :class:`~ledgerstore.client.log.entry.LogRecord` s: each entry's
+        position, payload, and the producer and sequence it was appended with (None, None for
+        one appended without a sequence or written by an older release)."""
+        buf = self._buf
+        while await self._await_more(self.follow if follow is None else follow):
+            yield buf.popleft()
+
     async def _iterate(self, follow: bool) -> AsyncIterator[tuple[Position, bytes]]:
+        buf = self._buf
         while await self._await_more(follow):
-            yield self._buf.popleft()
+            rec = buf.popleft()
+            yield rec[0], rec[1]
 
     async def close(self) -> None:
         """Release the reader (nothing is held on the bookies)."""

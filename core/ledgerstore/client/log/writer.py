@@ -13,10 +13,23 @@ import collections
 import functools
 import logging
 import random
+import time
+from collections.abc import Sequence
 
 from ledgerstore.client.ledger import LedgerHandle
 from ledgerstore.client.log.base import LedgerSettings, LogClient, log_manager
+from ledgerstore.client.log.entry import (
+    FORMAT_KEY,
+    FORMAT_SEQUENCED,
+    PLAIN_HEADER,
+    check_producer_id,
+    check_seq,
+    pack_seq,
+)
+from ledgerstore.client.log.producers import Producer, ProducerTable
+from ledgerstore.client.log.rebuild import find_sequence, rebuild_table, write_snapshot
 from ledgerstore.client.log.tail import recover_ledgers, unclosed
+from ledgerstore.client.read import ReadHandle
 from ledgerstore.errors import (
     BadVersionError,
     InvalidArgumentError,
@@ -36,6 +49,12 @@ _ROLL_RETRY_S = 1.0
 #: waits between attempts to close a ledger the writer rolled away from (or is closing): about 6 s
 #: in all; after the last one the writer fails rather than add a ledger behind an open one
 CLOSE_RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+#: the custom metadata of every ledger a writer creates: its entries carry the format 2 header
+LEDGER_CUSTOM = {FORMAT_KEY: FORMAT_SEQUENCED}
+
+#: what a held acknowledgement keeps: the caller's future, the ledger's, and the producer and
+#: last sequence of the append (None, 0 for one without a sequence)
+_Held = tuple["asyncio.Future[Position]", "asyncio.Future[int]", Producer | None, int]
 
 
 class _Segment:
@@ -54,7 +73,7 @@ class _Segment:
         self.outstanding = 0  # entries whose caller-facing future is not resolved yet
         self.sealed = False  # no more appends (the writer rolled past it or closed)
         self.waiting = waiting  # True while the previous segment still has unresolved entries
-        self.held: collections.deque[tuple[asyncio.Future[Position], asyncio.Future[int]]] = collections.deque()
+        self.held: collections.deque[_Held] = collections.deque()
         self.error: LedgerStoreError | None = None
         self.successor: _Segment | None = None
 
@@ -66,10 +85,20 @@ class LogWriter:
     position order, across rolls too. After another writer takes the log over, the next add fails
     with :class:`~ledgerstore.errors.LedgerFencedError` (whose outcome is *unknown*, not "not
     written"), and so does every later call: open the log again to write more.
+
+    Exactly-once: ``append(payload, seq=n)`` (with the writer's default ``producer_id`` from
+    ``open_log``, or ``producer_id=`` per append) stores ``n`` at most once. ``seq`` increases
+    strictly per producer, gaps allowed; a ``seq`` at or below the producer's highest one writes
+    nothing and resolves to the position of the entry holding it, or, while that entry is in
+    flight, with its outcome. A ``seq`` below the highest that was never stored (a gap) fails with
+    :class:`~ledgerstore.errors.InvalidArgumentError`. :attr:`last_seq` and :meth:`last_seq_of`
+    say where a restarted producer resumes.
     """
 
     def __init__(self, client: LogClient, md: LogMetadata, lh: LedgerHandle, settings: LedgerSettings,
-                 roll_size_bytes: int | None, roll_interval_s: float | None) -> None:
+                 roll_size_bytes: int | None, roll_interval_s: float | None, *,
+                 table: ProducerTable | None = None, through: Position | None = None,
+                 producer_id: str | None = None, producer_ttl_s: float | None = None) -> None:
         self.client = client
         self.name = md.name
         self._md = md
@@ -86,6 +115,18 @@ class LogWriter:
         self._logs = log_manager(client)
         self._roll_failure: LedgerStoreError | None = None
         self._newest: asyncio.Future[Position] | None = None
+        self._table = ProducerTable() if table is None else table
+        #: every entry of the log up to here is reflected in the table (before this writer's own)
+        self._through = through
+        self._producer_id = None if producer_id is None else check_producer_id(producer_id)
+        self._default = None if producer_id is None else self._table.add(producer_id)
+        self._ttl = producer_ttl_s
+        #: this writer's ledgers that may still be open, by id (read through them while searching)
+        self._own: dict[int, LedgerHandle] = {lh.ledger_id: lh}
+        #: old (producer, seq) -> position, from searches of the log
+        self._found: dict[tuple[str, int], Position] = {}
+        self._search_lock = asyncio.Lock()
+        self._searches: set[asyncio.Task[None]] = set()
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -109,32 +150,204 @@ class LogWriter:
         """Why this writer stopped accepting writes, if it did."""
         return self._error
 
+    @property
+    def producer_id(self) -> str | None:
+        """The default producer of appends with a ``seq`` (``open_log(..., producer_id=)``)."""
+        return self._producer_id
+
+    @property
+    def last_seq(self) -> int | None:
+        """The highest sequence of the default producer stored in the log (right after
+        ``open_log``: what a restarted producer resumes after); None if none, or no default."""
+        p = self._default
+        return None if p is None else p.last_seq
+
+    def last_seq_of(self, producer_id: str) -> int | None:
+        """The highest sequence of ``producer_id`` stored in the log; None if none."""
+        return self._table.last_seq_of(producer_id)
+
     # --- appending -----------------------------------------------------------------------------
 
-    def append_async(self, payload: bytes) -> asyncio.Future[Position]:
+    def append_async(self, payload: bytes, *, seq: int | None = None,
+                     producer_id: str | None = None) -> asyncio.Future[Position]:
         """Queue an add. The future resolves to the entry's position once it is acknowledged and
-        every earlier entry of the log was acknowledged. Call on the client's event loop."""
-        loop = self.client.loop
-        outer: asyncio.Future[Position] = loop.create_future()
-        if self._error is not None:
-            outer.set_exception(self._error)
+        every earlier entry of the log was acknowledged. With ``seq``, a duplicate writes nothing
+        and resolves to the position of the entry holding it (see the class). Call on the
+        client's event loop."""
+        outer = self._future()
+        if outer.done():
             return outer
-        if self._closed:
-            outer.set_exception(LedgerClosedError(f"log writer for {self.name!r} is closed; open the log again"))
+        try:
+            if seq is None:
+                _no_producer_without(producer_id, "seq")
+                self._add(PLAIN_HEADER + payload, outer, None, 0)
+                return outer
+            p = self._producer(producer_id, seq)
+            if seq <= p.sent:
+                self._duplicate(p, seq, outer)
+                return outer
+            data = p.header + pack_seq(seq) + payload
+        except InvalidArgumentError as exc:
+            outer.set_exception(exc)
             return outer
-        seg = self._seg
-        inner = seg.lh.append_async(payload)
-        self._newest = outer
-        seg.outstanding += 1
-        seg.bytes += len(payload)
-        inner.add_done_callback(functools.partial(self._on_added, seg, outer))
-        if self._roll_task is None and self._roll_due(seg):
-            self._roll_task = loop.create_task(self._roll(), name=f"roll log {self.name}")
+        except TypeError:
+            outer.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
+            return outer
+        self._sent(p, seq, seq, outer)
+        self._add(data, outer, p, seq)
         return outer
 
-    async def append(self, payload: bytes) -> Position:
-        """Add one entry and wait for its acknowledgement; returns its position."""
-        return await self.append_async(payload)
+    async def append(self, payload: bytes, *, seq: int | None = None, producer_id: str | None = None) -> Position:
+        """Add one entry and wait for its acknowledgement; returns its position (with ``seq``: of
+        the entry holding that sequence, which a duplicate does not write again)."""
+        return await self.append_async(payload, seq=seq, producer_id=producer_id)
+
+    def append_many_async(self, payloads: Sequence[bytes], *, first_seq: int | None = None,
+                          producer_id: str | None = None) -> asyncio.Future[Position]:
+        """Queue many adds (consecutive positions); the future resolves to the last one's
+        position once all are acknowledged. With ``first_seq`` they carry the sequences
+        ``first_seq, first_seq + 1, ...``: those at or below the producer's highest are not
+        written again, and when all are, the future resolves to the position holding the last."""
+        outer = self._future()
+        if outer.done():
+            return outer
+        try:
+            if not payloads:
+                raise InvalidArgumentError("append_many needs at least one payload")
+            if first_seq is None:
+                _no_producer_without(producer_id, "first_seq")
+                self._add_many([PLAIN_HEADER + x for x in payloads], outer, None, 0)
+                return outer
+            p = self._producer(producer_id, first_seq)
+            last = check_seq(first_seq + len(payloads) - 1, "first_seq + len(payloads) - 1")
+            if last <= p.sent:
+                self._duplicate(p, last, outer)
+                return outer
+            if first_seq <= p.sent:  # the front of the batch is stored or in flight already
+                payloads = payloads[p.sent - first_seq + 1:]
+                first_seq = p.sent + 1
+            header = p.header
+            datas = [header + pack_seq(s) + x for s, x in enumerate(payloads, first_seq)]
+        except InvalidArgumentError as exc:
+            outer.set_exception(exc)
+            return outer
+        except TypeError:
+            bad = next((x for x in payloads if not isinstance(x, bytes | bytearray | memoryview)), None)
+            outer.set_exception(InvalidArgumentError(f"payloads must be bytes, not {type(bad).__name__}"))
+            return outer
+        self._sent(p, first_seq, last, outer)
+        self._add_many(datas, outer, p, last)
+        return outer
+
+    async def append_many(self, payloads: Sequence[bytes], *, first_seq: int | None = None,
+                          producer_id: str | None = None) -> Position:
+        """Add many entries and wait until all are acknowledged; returns the last one's position
+        (see :meth:`append_many_async`)."""
+        return await self.append_many_async(payloads, first_seq=first_seq, producer_id=producer_id)
+
+    def _future(self) -> asyncio.Future[Position]:
+        """The future of a new append: already failed if this writer failed or is closed."""
+        outer: asyncio.Future[Position] = self.client.loop.create_future()
+        if self._error is not None:
+            outer.set_exception(self._error)
+        elif self._closed:
+            outer.set_exception(LedgerClosedError(f"log writer for {self.name!r} is closed; open the log again"))
+        return outer
+
+    def _producer(self, producer_id: str | None, seq: int) -> Producer:
+        """The producer of an append with ``seq`` (both checked)."""
+        if type(seq) is not int or seq < 0:
+            check_seq(seq)
+        if producer_id is None:
+            p = self._default
+            if p is None:
+                raise InvalidArgumentError(
+                    f"an append with a seq needs a producer: pass producer_id=, or open log {self.name!r} "
+                    "with producer_id=")
+            return p
+        p = self._table.get(producer_id)
+        return self._table.add(check_producer_id(producer_id)) if p is None else p
+
+    def _sent(self, p: Producer, first: int, last: int, outer: asyncio.Future[Position]) -> None:
+        p.sent = last
+        p.touched = time.time()
+        if p.pending is None:
+            p.pending = [(first, last, outer)]
+        else:
+            p.pending.append((first, last, outer))
+
+    def _add(self, data: bytes, outer: asyncio.Future[Position], p: Producer | None, seq: int) -> None:
+        seg = self._seg
+        self._queued(seg, seg.lh.append_async(data), len(data), outer, p, seq)
+
+    def _add_many(self, datas: list[bytes], outer: asyncio.Future[Position], p: Producer | None, last: int) -> None:
+        seg = self._seg
+        self._queued(seg, seg.lh.append_many_async(datas), sum(map(len, datas)), outer, p, last)
+
+    def _queued(self, seg: _Segment, inner: asyncio.Future[int], size: int, outer: asyncio.Future[Position],
+                p: Producer | None, seq: int) -> None:
+        self._newest = outer
+        seg.outstanding += 1
+        seg.bytes += size
+        inner.add_done_callback(functools.partial(self._on_added, seg, outer, p, seq))
+        if self._roll_task is None and self._roll_due(seg):
+            self._roll_task = self.client.loop.create_task(self._roll(), name=f"roll log {self.name}")
+
+    # --- duplicates ----------------------------------------------------------------------------
+
+    def _duplicate(self, p: Producer, seq: int, outer: asyncio.Future[Position]) -> None:
+        """Resolve ``outer`` for a ``seq`` of ``p`` that was handed to the ledger before."""
+        flight = p.in_flight(seq)
+        if flight is not None:
+            original, back = flight
+            original.add_done_callback(functools.partial(_follow, outer, back))
+        elif seq == p.seq:
+            outer.set_result(p.position)
+        elif seq > p.seq:
+            outer.set_exception(self._gap(p, seq))
+        else:
+            pos = self._found.get((p.producer_id, seq))
+            if pos is not None:
+                outer.set_result(pos)
+                return
+            task = self.client.loop.create_task(self._search(p, seq, outer), name=f"find seq in log {self.name}")
+            self._searches.add(task)
+            task.add_done_callback(self._searches.discard)
+
+    def _gap(self, p: Producer, seq: int) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"log {self.name!r}: producer {p.producer_id!r} sequence {seq} is below its highest sequence "
+            f"{max(p.seq, p.sent)} but is not in the log (it was skipped, or truncated away); nothing was "
+            f"written: append only sequences above {max(p.seq, p.sent)}")
+
+    async def _search(self, p: Producer, seq: int, outer: asyncio.Future[Position]) -> None:
+        """Find an old sequence in the log (one search at a time: the next one usually finds its
+        answer among the entries this one read)."""
+        try:
+            async with self._search_lock:
+                key = (p.producer_id, seq)
+                pos = self._found.get(key)
+                if pos is None:
+                    pos = await find_sequence(self._open_for_search, self._md.ledger_ids, p.producer_id, seq,
+                                              self._found)
+        except LedgerStoreError as exc:
+            if not outer.done():
+                outer.set_exception(exc)
+            return
+        if outer.done():
+            return
+        if pos is None:
+            outer.set_exception(self._gap(p, seq))
+        else:
+            outer.set_result(pos)
+
+    async def _open_for_search(self, ledger_id: int) -> ReadHandle:
+        own = self._own.get(ledger_id)
+        if own is not None:
+            return own
+        return await self.client.open_ledger(ledger_id, self._settings.password, recovery=False)
+
+    # --- acknowledgements ----------------------------------------------------------------------
 
     async def flush(self) -> None:
         """Wait until every add made so far is resolved and any roll in progress has finished
@@ -157,22 +370,29 @@ class LogWriter:
             return now >= self._roll_not_before
         return False
 
-    def _on_added(self, seg: _Segment, outer: asyncio.Future[Position], inner: asyncio.Future[int]) -> None:
+    def _on_added(self, seg: _Segment, outer: asyncio.Future[Position], p: Producer | None, seq: int,
+                  inner: asyncio.Future[int]) -> None:
         if seg.waiting:
-            seg.held.append((outer, inner))
+            seg.held.append((outer, inner, p, seq))
         else:
-            self._deliver(seg, outer, inner, None)
+            self._deliver(seg, outer, inner, p, seq, None)
 
     def _deliver(self, seg: _Segment, outer: asyncio.Future[Position], inner: asyncio.Future[int],
-                 inherited: LedgerStoreError | None) -> None:
+                 p: Producer | None, seq: int, inherited: LedgerStoreError | None) -> None:
         exc = inner.exception()
         cause = inherited if inherited is not None else self._error
         if exc is None and cause is None:
-            pos = Position(seg.ledger_id, inner.result())
+            eid = inner.result()
+            pos = Position(seg.ledger_id, eid)
             self._last = pos
+            if p is not None:
+                p.stored(seq, seg.ledger_id, eid)
+                p.settled(seq)
             if not outer.done():
                 outer.set_result(pos)
         else:
+            if p is not None:
+                p.settled(seq)
             if exc is None:
                 # written to its ledger, but this writer already failed (an earlier entry failed, or
                 # it lost the log): an acknowledgement now would follow a failure, so the outcome is
@@ -194,6 +414,7 @@ class LogWriter:
         if seg.sealed and seg.outstanding == 0:
             self._settled(seg)
 
+
     def _settled(self, seg: _Segment) -> None:
         """Every entry of ``seg`` is resolved: release the next ledger's held acknowledgements."""
         nxt = seg.successor
@@ -204,8 +425,8 @@ class LogWriter:
         if inherited is not None and nxt.error is None:
             nxt.error = inherited
         while nxt.held:
-            outer, inner = nxt.held.popleft()
-            self._deliver(nxt, outer, inner, nxt.error)
+            outer, inner, p, seq = nxt.held.popleft()
+            self._deliver(nxt, outer, inner, p, seq, nxt.error)
 
     def _fail(self, err: LedgerStoreError) -> None:
         if self._error is None:
@@ -246,7 +467,8 @@ class LogWriter:
         old = self._seg
         s = self._settings
         try:
-            new_lh = await self.client.create_ledger(s.ensemble, s.write_quorum, s.ack_quorum, s.digest, s.password)
+            new_lh = await self.client.create_ledger(s.ensemble, s.write_quorum, s.ack_quorum, s.digest, s.password,
+                                                     custom_metadata=dict(LEDGER_CUSTOM))
         except LedgerStoreError as exc:
             # not fatal: keep writing to the current ledger and try again a little later
             self._roll_not_before = self.client.loop.time() + _ROLL_RETRY_S
@@ -276,6 +498,7 @@ class LogWriter:
         old.successor = nxt
         old.sealed = True
         self._seg = nxt
+        self._own[new_lh.ledger_id] = new_lh
         closer = self.client.loop.create_task(self._close_sealed(old), name=f"close ledger {old.ledger_id}")
         self._closers.add(closer)
         closer.add_done_callback(self._closers.discard)
@@ -311,6 +534,24 @@ class LogWriter:
             self._fail(exc)
             if seg.error is None:
                 seg.error = exc
+            return
+        self._own.pop(seg.ledger_id, None)
+        await self._snapshot(seg.ledger_id)
+
+    async def _snapshot(self, ledger_id: int) -> None:
+        """Write the producer table into the metadata of ``ledger_id``, just closed, so that the
+        next leader starts from it instead of reading the ledger (only acknowledged entries are in
+        the table, so everything it says is stored). Idle producers past ``producer_ttl_s`` are
+        forgotten first."""
+        through = self._last if self._last is not None else self._through
+        if through is None:
+            return  # nothing in the log to reflect: the next leader has nothing to read either
+        self._table.expire(self._ttl)
+        if self._default is not None and self._table.get(self._default.producer_id) is None:
+            self._table.producers[self._default.producer_id] = self._default
+        snapshot = self._table.encode_snapshot(through)
+        if snapshot is not None:
+            await write_snapshot(self.client, ledger_id, snapshot)
 
     async def _close_ledger(self, lh: LedgerHandle) -> None:
         """Close ``lh`` in metadata, retrying a failed write with backoff. A ledger left open
@@ -366,6 +607,11 @@ class LogWriter:
         except LedgerFencedError:
             if self._error is None:
                 raise
+            return
+        if self._searches:
+            await asyncio.gather(*self._searches, return_exceptions=True)
+        if self._error is None:
+            await self._snapshot(seg.ledger_id)
 
     async def __aenter__(self) -> LogWriter:
         return self
@@ -374,17 +620,43 @@ class LogWriter:
         await self.close()
 
 
+def _no_producer_without(producer_id: str | None, seq_name: str) -> None:
+    if producer_id is not None:
+        raise InvalidArgumentError(f"producer_id is given without a {seq_name}: pass {seq_name}= too, or neither")
+
+
+def _follow(outer: asyncio.Future[Position], back: int, original: asyncio.Future[Position]) -> None:
+    """Resolve a duplicate's ``outer`` with the outcome of the in-flight ``original``: its
+    position (``back`` entries before it, for a sequence inside a batch) or its error."""
+    if outer.done():
+        return
+    if original.cancelled():
+        outer.cancel()
+    elif original.exception() is not None:
+        outer.set_exception(original.exception())  # type: ignore[arg-type]
+    else:
+        pos = original.result()
+        outer.set_result(Position(pos.ledger_id, pos.entry_id - back))
+
+
 async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings, *, roll_size_bytes: int | None,
-                          roll_interval_s: float | None, create: bool) -> LogWriter:
+                          roll_interval_s: float | None, create: bool, producer_id: str | None = None,
+                          producer_ttl_s: float | None = None) -> LogWriter:
     """Become the log's leader (the seeds' "Opening a log"): read the list, recover every ledger
-    of it that is not closed (the last two, and any older one a failed writer left open), create a
-    ledger, CAS-append it. A lost CAS deletes the new ledger and starts over, at most
-    :data:`OPEN_ATTEMPTS` times."""
+    of it that is not closed (the last two, and any older one a failed writer left open), rebuild
+    the producer table (:func:`~.rebuild.rebuild_table`: the newest snapshot, then the ledgers
+    after it), create a ledger, CAS-append it. A lost CAS deletes the new ledger and starts over,
+    at most :data:`OPEN_ATTEMPTS` times."""
     validate_log_name(name)
     if roll_size_bytes is not None and roll_size_bytes <= 0:
         raise InvalidArgumentError(f"roll_size_bytes must be positive, got {roll_size_bytes}")
     if roll_interval_s is not None and roll_interval_s <= 0:
         raise InvalidArgumentError(f"roll_interval_s must be positive, got {roll_interval_s}")
+    if producer_id is not None:
+        check_producer_id(producer_id)
+    if producer_ttl_s is not None and (isinstance(producer_ttl_s, bool) or not isinstance(producer_ttl_s, int | float)
+                                       or not producer_ttl_s > 0):
+        raise InvalidArgumentError(f"producer_ttl_s must be a positive number of seconds, got {producer_ttl_s!r}")
     logs = log_manager(client)
     for attempt in range(OPEN_ATTEMPTS):
         if attempt:
@@ -394,8 +666,11 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
             raise LogError(f"log {name!r} does not exist; pass create=True to create it")
         if not await recover_ledgers(client, logs, md, settings.password, await unclosed(client, md)):
             continue
+        table = ProducerTable()
+        through = await rebuild_table(client, md, settings.password, table)
+        table.expire(producer_ttl_s)
         lh = await client.create_ledger(settings.ensemble, settings.write_quorum, settings.ack_quorum,
-                                        settings.digest, settings.password)
+                                        settings.digest, settings.password, custom_metadata=dict(LEDGER_CUSTOM))
         try:
             md = await logs.write(md.with_ledger(lh.ledger_id))
         except BadVersionError:
@@ -404,7 +679,8 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
             except LedgerStoreError as exc:
                 log.warning("log %s: could not delete unused ledger %d (%s)", name, lh.ledger_id, exc)
             continue
-        return LogWriter(client, md, lh, settings, roll_size_bytes, roll_interval_s)
+        return LogWriter(client, md, lh, settings, roll_size_bytes, roll_interval_s, table=table, through=through,
+                         producer_id=producer_id, producer_ttl_s=producer_ttl_s)
     raise LogError(
         f"could not open log {name!r} for writing: its ledger list changed under this writer {OPEN_ATTEMPTS} "
         "times in a row (another writer is opening or rolling it); make sure only one process leads the log")

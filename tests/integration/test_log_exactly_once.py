@@ -1,0 +1,222 @@
+"""Exactly-once log appends over real bookie processes: producers and sequences, duplicates that
+write nothing, the producer table rebuilt by a new leader (from snapshots and recovered ledgers),
+old logs read unchanged, and a producer process killed with SIGKILL that resends from 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ledgerstore
+from ledgerstore.aio import Client, LogRecord, Position
+from ledgerstore.client.log.entry import FORMAT_KEY
+from ledgerstore.client.log.producers import SNAPSHOT_KEY
+from ledgerstore.cluster import LocalCluster
+from ledgerstore.errors import InvalidArgumentError
+from ledgerstore.meta.logs import LogManager
+
+PRODUCER = str(Path(__file__).with_name("log_producer_proc.py"))
+PW = b"pw"
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, 300))
+
+
+async def records(client: Client, name: str) -> list[LogRecord]:
+    reader = await client.open_log_reader(name, password=PW)
+    return [r async for r in reader.records()]
+
+
+async def ledger_ids(client: Client, name: str) -> list[int]:
+    md = await LogManager(client.store).read(name)  # type: ignore[arg-type]
+    assert md is not None
+    return md.ledger_ids
+
+
+def test_a_duplicate_sequence_writes_nothing_and_resolves_to_the_original_position(
+        shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-dup", password=PW, producer_id="p1")
+            assert w.last_seq is None
+            first = await w.append(b"a", seq=0)
+            second = await w.append(b"b", seq=5)  # gaps are allowed
+            assert await w.append(b"a again", seq=0) == first
+            assert await w.append(b"b again", seq=5) == second
+            assert w.last_seq == 5 and w.last_seq_of("p1") == 5 and w.last_seq_of("other") is None
+            with pytest.raises(InvalidArgumentError, match="sequence 3 is below its highest sequence 5"):
+                await w.append(b"never", seq=3)
+            plain = await w.append(b"plain")  # no sequence: no dedup
+            await w.close()
+            got = await records(client, "eo-dup")
+            assert [(r.payload, r.producer_id, r.seq) for r in got] == [
+                (b"a", "p1", 0), (b"b", "p1", 5), (b"plain", None, None)]
+            assert [r.position for r in got] == [first, second, plain]
+            reader = await client.open_log_reader("eo-dup", password=PW)
+            assert [p async for _, p in reader] == [b"a", b"b", b"plain"]  # the plain iteration is unchanged
+
+    run(go())
+
+
+def test_a_duplicate_of_an_in_flight_sequence_resolves_with_the_originals_outcome(
+        shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-inflight", password=PW, producer_id="p")
+            original = w.append_async(b"x", seq=7)
+            again = w.append_async(b"x", seq=7)
+            batch = w.append_many_async([b"m0", b"m1", b"m2"], first_seq=10)
+            middle = w.append_async(b"m1", seq=11)  # inside the in-flight batch
+            assert await original == await again
+            last = await batch
+            assert await middle == Position(last.ledger_id, last.entry_id - 1)
+            await w.close()
+            assert [r.payload for r in await records(client, "eo-inflight")] == [b"x", b"m0", b"m1", b"m2"]
+
+    run(go())
+
+
+def test_append_many_skips_the_front_already_stored_and_multiplexes_producers(shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-many", password=PW)
+            await w.append_many([b"a0", b"a1", b"a2"], first_seq=0, producer_id="a")
+            await w.append_many([b"b0"], first_seq=0, producer_id="b")
+            end = await w.append_many([b"a1", b"a2", b"a3", b"a4"], first_seq=1, producer_id="a")
+            assert await w.append_many([b"a0", b"a1"], first_seq=0, producer_id="a") == Position(end.ledger_id, 1)
+            assert (w.last_seq_of("a"), w.last_seq_of("b"), w.last_seq) == (4, 0, None)
+            await w.close()
+            got = [(r.producer_id, r.seq) for r in await records(client, "eo-many")]
+            assert got == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("a", 3), ("a", 4)]
+
+    run(go())
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"seq": -1}, "seq must be between 0"),
+    ({"seq": True}, "seq must be an int"),
+    ({"seq": 1, "producer_id": ""}, "producer_id must not be empty"),
+    ({"seq": 1, "producer_id": "x" * 256}, "at most 255"),
+    ({"seq": 1}, "needs a producer"),
+    ({"producer_id": "p"}, "without a seq"),
+])
+def test_bad_sequences_and_producer_ids_get_one_line_errors(shared_cluster: LocalCluster, kwargs: dict[str, object],
+                                                             message: str) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-bad", password=PW)
+            with pytest.raises(InvalidArgumentError, match=message) as info:
+                await w.append(b"x", **kwargs)  # type: ignore[arg-type]
+            assert "\n" not in str(info.value)
+            assert await w.append(b"still usable", seq=1, producer_id="p")  # the writer keeps working
+            await w.close()
+
+    run(go())
+
+
+def test_a_new_leader_rebuilds_the_table_from_snapshots_and_the_ledgers_nobody_closed(
+        shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as c1, Client(metadata=shared_cluster.metadata) as c2:
+            w = await c1.open_log("eo-rebuild", password=PW, producer_id="p")
+            for seq in range(40):
+                await w.append(b"%03d" % seq, seq=seq)
+                if seq in (10, 20):
+                    await w.roll()
+            await w.flush()  # the rolls' closes (and their snapshots) are done
+            w2 = await c2.open_log("eo-rebuild", password=PW, producer_id="p")  # takes over: w never closed
+            assert w2.last_seq == 39
+            ids = await ledger_ids(c2, "eo-rebuild")
+            metas = [await c2.ledger_metadata(lid) for lid in ids]
+            assert all(m.custom[FORMAT_KEY] == "2" for m in metas)
+            assert [SNAPSHOT_KEY in m.custom for m in metas] == [True, True, False, False]  # each roll's close
+            assert await w2.append(b"again", seq=39) == (await w2.append(b"again", seq=39))
+            assert (await w2.append(b"040", seq=40)).ledger_id == w2.ledger_id
+            old = await w2.append(b"resent", seq=3)  # found in the log
+            await w2.close()
+            got = await records(c2, "eo-rebuild")
+            assert [r.seq for r in got] == list(range(41))
+            assert got[3].position == old
+            w3 = await c1.open_log("eo-rebuild", password=PW, producer_id="p")  # from w2's close snapshot
+            assert w3.last_seq == 40
+            await w3.close()
+
+    run(go())
+
+
+def test_an_old_log_opens_unchanged_and_its_entries_read_without_a_sequence(shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            logs = LogManager(client.store)  # type: ignore[arg-type]
+            md = await logs.get_or_create("eo-old")
+            lh = await client.create_ledger(3, 2, 2, password=PW)  # as an older release wrote it: no marker
+            await lh.append_many([b"\x01old", b"\x00raw"])
+            await lh.close()
+            await logs.write(md.with_ledger(lh.ledger_id))
+            w = await client.open_log("eo-old", password=PW, producer_id="p")
+            assert w.last_seq is None
+            await w.append(b"new", seq=0)
+            await w.close()
+            got = await records(client, "eo-old")
+            assert [(r.payload, r.seq) for r in got] == [(b"\x01old", None), (b"\x00raw", None), (b"new", 0)]
+
+    run(go())
+
+
+def test_the_sync_api_appends_with_sequences_and_reads_records(shared_cluster: LocalCluster) -> None:
+    with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
+        w = client.open_log("eo-sync", password=PW, producer_id="s")
+        first = w.append(b"0", seq=0)
+        assert w.append(b"0", seq=0) == first
+        w.append_many([b"1", b"2"], first_seq=1)
+        assert w.last_seq == 2 and w.last_seq_of("s") == 2
+        w.close()
+        reader = client.open_log_reader("eo-sync", password=PW)
+        for rec in reader.records():
+            assert rec.seq == 0
+            break  # what it read ahead stays in the cursor
+        assert [(p, s) for (_, p), s in zip(reader, (1, 2), strict=True)] == [(b"1", 1), (b"2", 2)]
+
+
+def test_a_producer_killed_mid_stream_resends_from_zero_and_the_log_holds_each_sequence_once(
+        shared_cluster: LocalCluster) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen([sys.executable, PRODUCER, shared_cluster.metadata, "eo-kill", "2000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert first.stdout is not None
+        acked = -1
+        deadline = time.monotonic() + 120
+        while acked < 300 and time.monotonic() < deadline:  # mid-stream: some acknowledged, more in flight
+            line = first.stdout.readline()
+            assert line, first.stderr.read() if first.stderr else ""
+            if line.startswith("ack "):
+                acked = int(line.split()[1])
+        assert acked >= 300
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(30)
+    second = subprocess.run([sys.executable, PRODUCER, shared_cluster.metadata, "eo-kill", "2000"],
+                            capture_output=True, text=True, env=env, timeout=240)
+    assert second.returncode == 0, second.stderr
+    resumed = next(line for line in second.stdout.splitlines() if line.startswith("open "))
+    assert int(resumed.split()[2]) >= acked  # the new leader found at least what was acknowledged
+
+    async def check() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            got = await records(client, "eo-kill")
+            assert [r.seq for r in got] == list(range(2000))
+            assert all(r.payload == b"entry-%d" % r.seq for r in got)
+
+    run(check())

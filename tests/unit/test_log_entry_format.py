@@ -1,0 +1,82 @@
+"""The log entry header (format 2) and the leader's producer table, without sockets."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledgerstore.client.log.entry import (
+    MAX_SEQ,
+    PLAIN_HEADER,
+    decode,
+    encode,
+    is_sequenced_format,
+    producer_header,
+)
+from ledgerstore.client.log.producers import ProducerTable
+from ledgerstore.errors import InvalidArgumentError, LogError
+from ledgerstore.meta.logs import Position
+
+
+@given(st.text(min_size=1, max_size=60), st.integers(0, MAX_SEQ), st.binary(max_size=64))
+def test_a_sequenced_entry_decodes_to_its_producer_sequence_and_payload(pid: str, seq: int, payload: bytes) -> None:
+    assert decode(encode(producer_header(pid), seq, payload)) == (payload, pid, seq)
+
+
+@given(st.binary(max_size=64))
+def test_a_plain_entry_is_one_zero_byte_then_the_payload(payload: bytes) -> None:
+    assert decode(PLAIN_HEADER + payload) == (payload, None, None)
+
+
+def test_the_header_layout_is_flags_length_id_then_big_endian_sequence() -> None:
+    assert encode(producer_header("ab"), 258, b"P") == b"\x01\x02ab" + b"\x00" * 6 + b"\x01\x02" + b"P"
+
+
+@pytest.mark.parametrize("data", [b"", b"\x02x", b"\x01\x05ab", b"\x01\x00" + b"\x00" * 8])
+def test_a_damaged_header_is_a_log_error(data: bytes) -> None:
+    with pytest.raises(LogError):
+        decode(data)
+
+
+def test_only_ledgers_marked_format_2_are_decoded() -> None:
+    assert is_sequenced_format({"log.format": "2"})
+    assert not is_sequenced_format({})
+    assert not is_sequenced_format({"log.format": "1"})
+
+
+def test_producer_ids_are_checked_once_when_their_header_is_built() -> None:
+    with pytest.raises(InvalidArgumentError, match="must not be empty"):
+        producer_header("")
+    with pytest.raises(InvalidArgumentError, match="at most 255"):
+        producer_header("é" * 128)
+    assert producer_header("é" * 127)[1] == 254
+
+
+def test_the_table_keeps_the_highest_stored_sequence_and_its_snapshot_reads_back() -> None:
+    table = ProducerTable()
+    table.add("a").stored(5, 3, 9)
+    table.add("a").stored(2, 3, 1)  # an older one (read back while rebuilding) does not lower it
+    table.add("b").stored(0, 4, 0)
+    snap = table.encode_snapshot(Position(4, 0))
+    assert snap is not None
+    again = ProducerTable()
+    assert again.load_snapshot(snap) == Position(4, 0)
+    assert again.last_seq_of("a") == 5 and again.get("a").position == Position(3, 9)  # type: ignore[union-attr]
+    assert again.last_seq_of("b") == 0 and again.last_seq_of("c") is None
+
+
+def test_expiry_forgets_only_idle_producers_with_nothing_in_flight() -> None:
+    table = ProducerTable()
+    table.add("old").touched = 100.0
+    table.add("busy").touched = 100.0
+    table.add("busy").pending = []
+    table.add("new").touched = 1000.0
+    assert table.expire(None, now=2000.0) == 0  # off by default
+    assert table.expire(500.0, now=1200.0) == 1
+    assert sorted(table.producers) == ["busy", "new"]
+
+
+def test_a_corrupt_snapshot_is_a_log_error() -> None:
+    with pytest.raises(LogError, match="corrupt producer snapshot"):
+        ProducerTable().load_snapshot('{"v": 1, "through": "x"}')
