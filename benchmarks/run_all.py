@@ -23,6 +23,10 @@ Rows (every bookie fsyncs its journal before it acknowledges, the default):
    written out what row 1 left in the page cache): entries/s (target >= 600,000)
 6. Redis 7 ``XADD`` (``appendonly yes``, ``appendfsync always``, pipelined, same entry size) in
    the same run: row 1 over Redis's entries/s (target >= 4)
+7. log appends with a producer and sequence against plain ones, alternating in the same run on
+   three fresh bookies, one ``append_async`` per entry and ``append_many``: the worst of the two
+   costs, % (target <= 10); its details hold the producer table's memory for 100,000 producers
+   (``--only log_dedup``)
 
 Each run starts once the disk is quiet (``sync``, then less than 32 MB dirty in the page cache),
 so a run never measures the write-back of the run before it.
@@ -78,7 +82,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.aio import Client
+from ledgerstore.aio import Client, Position
 from ledgerstore.bench import LatencyRecorder, ReadOptions, WriteOptions, run_reads, run_writes
 from ledgerstore.cluster import LocalCluster, free_ports
 from ledgerstore.errors import LedgerStoreError
@@ -136,6 +140,9 @@ def _rows() -> dict[str, Row]:
             "ledgerstore / Redis entries/s", "x", 4.0, ">="),
         *(Row(*spec) for spec in ops_rows.ROWS),
         *(Row(*spec) for spec in scale_rows.ROWS),
+        Row("log_dedup", "log appends with a producer and sequence vs without, same run, E=3 Qw=3 Qa=2, 100 B "
+            "(one add per call and append_many; details: the producer table for 100,000 producers)",
+            "worst cost", "%", 10.0, "<="),
     ]
     return {r.key: r for r in rows}
 
@@ -580,6 +587,84 @@ class Plan:
         return not self.only or any(k in self.only for k in keys)
 
 
+#: entries per measured run of the log_dedup row (``--tiny``: the plan's count)
+LOG_DEDUP_ENTRIES = 200_000
+#: adds in flight while the log_dedup row appends one per call
+LOG_DEDUP_WINDOW = 5_000
+#: producers in the table whose memory the log_dedup row reports
+LOG_DEDUP_PRODUCERS = 100_000
+
+
+async def _log_appends(client: Client, name: str, entries: int, batch: int, sequenced: bool) -> float:
+    """Append ``entries`` 100 B entries to a fresh log (``batch`` per ``append_many``, or one
+    ``append_async`` per entry when 1), with sequences when ``sequenced``; entries per second."""
+    w = await client.open_log(name, ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD,
+                              producer_id="bench" if sequenced else None)
+    payload = b"x" * 100
+    started = time.perf_counter()
+    pending: list[asyncio.Future[Position]] = []
+    if batch == 1:
+        for i in range(entries):
+            pending.append(w.append_async(payload, seq=i) if sequenced else w.append_async(payload))
+            if len(pending) >= LOG_DEDUP_WINDOW:
+                await asyncio.gather(*pending)
+                pending.clear()
+    else:
+        payloads = [payload] * batch
+        for first in range(0, entries, batch):
+            pending.append(w.append_many_async(payloads, first_seq=first) if sequenced
+                           else w.append_many_async(payloads))
+            if len(pending) * batch >= LOG_DEDUP_WINDOW:
+                await asyncio.gather(*pending)
+                pending.clear()
+    await asyncio.gather(*pending)
+    seconds = time.perf_counter() - started
+    await w.close()
+    await client.delete_log(name, password=PASSWORD)
+    return entries / seconds
+
+
+def producer_table_memory(producers: int = LOG_DEDUP_PRODUCERS) -> dict[str, float]:
+    """Bytes the leader's producer table holds for ``producers`` producers (ids like
+    ``producer-000042``, each with a stored sequence and position), measured with tracemalloc."""
+    from ledgerstore.client.log.producers import ProducerTable
+
+    tracemalloc.start()
+    try:
+        table = ProducerTable()
+        for i in range(producers):
+            table.add(f"producer-{i:06d}").stored(1_000_000 + i, 1000 + i // 1000, i % 1000)
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return {"producers": producers, "mb": round(used / 1e6, 1), "bytes_per_producer": round(used / producers)}
+
+
+async def _log_dedup_row(cluster: LocalCluster, plan: Plan, rows: dict[str, Row]) -> None:
+    """Sequenced against plain appends on a log, alternating (plain, sequenced, plain,
+    sequenced) so that both meet the same disk and load; each mode's best run counts."""
+    r = rows["log_dedup"]
+    r.load_before = uptime()
+    entries = plan.count if plan.count is not None else LOG_DEDUP_ENTRIES
+    rates: dict[str, list[float]] = {}
+    async with Client(metadata=cluster.metadata) as client:
+        for round_ in range(2):
+            for batch in (1, plan.batch):
+                for sequenced in (False, True):
+                    key = f"{'one_add_per_call' if batch == 1 else f'append_many_{batch}'}_" \
+                          f"{'sequenced' if sequenced else 'plain'}"
+                    rate = await _log_appends(client, f"bench-dedup-{round_}-{key}", entries, batch, sequenced)
+                    rates.setdefault(key, []).append(rate)
+    best = {k: max(v) for k, v in rates.items()}
+    costs = {}
+    for mode in ("one_add_per_call", f"append_many_{plan.batch}"):
+        plain, seq = best[f"{mode}_plain"], best[f"{mode}_sequenced"]
+        costs[mode] = round((plain / seq - 1) * 100, 1)
+    r.details = {"entries_per_run": entries, "entries_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
+                 "cost_percent": costs, "producer_table": producer_table_memory()}
+    r.settle(max(costs.values()))
+
+
 def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:
     return WriteOptions(duration=plan.duration, count=plan.count, warmup=plan.warmup, **({"batch": plan.batch} | kw))
 
@@ -783,6 +868,14 @@ def run(plan: Plan) -> dict[str, Any]:
             try:
                 cluster.start()
                 asyncio.run(_one_kb_rows(cluster, plan, rows, extra))
+            finally:
+                cluster.stop()
+                shutil.rmtree(cluster.data_dir, ignore_errors=True)
+        if plan.wants("log_dedup"):
+            cluster = LocalCluster(Path(tmp) / "log-dedup", bookies=3, port_base=None, storage=plan.storage)
+            try:
+                cluster.start()
+                asyncio.run(_log_dedup_row(cluster, plan, rows))
             finally:
                 cluster.stop()
                 shutil.rmtree(cluster.data_dir, ignore_errors=True)

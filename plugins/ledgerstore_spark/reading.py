@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 import ledgerstore
+from ledgerstore.client.log import decode_entry, is_sequenced_format
 from ledgerstore.errors import ConfigError, LogError
 from ledgerstore_spark.clients import client_for
 from ledgerstore_spark.failures import open_for_read, planning
@@ -156,12 +157,13 @@ def read_range(opts: ConnectorOptions, schema: StructType, part: LedgerRange) ->
     decoder = _Decoder(opts, schema) if "value" in names else None
     lid = part.ledger_id
     eid = part.first
+    sequenced = is_sequenced_format(rh.metadata.custom)  # a log writer's ledger: entries carry a header
     while eid <= part.last:
         hi = min(part.last, eid + READ_CHUNK - 1)
         entries = rh.read(eid, hi)
         if len(entries) != hi - eid + 1:
             raise LogError(f"ledger {lid}: asked for entries {eid}..{hi}, got {len(entries)}")
-        payloads = [e.payload for e in entries]
+        payloads = [decode_entry(e.payload)[0] for e in entries] if sequenced else [e.payload for e in entries]
         cols: dict[str, pa.Array] = {}
         for name in names:
             if name == "ledger_id":

@@ -1,7 +1,11 @@
 """Writes to a log: every task writes its own ledger; the driver makes them visible in one CAS.
 
 A write task creates a ledger tagged with custom metadata (``spark_job``, ``partition``,
-``attempt``), writes its rows to it, closes it and returns its id in its commit message. Nothing is
+``attempt``), writes its rows to it, closes it and returns its id in its commit message. A batch
+job's rows are exactly-once log entries (docs/logs.md): the ledger is marked ``log.format=2`` and
+each row carries the producer ``spark:<job>:<partition>`` and its row index in the partition as
+its sequence, so every attempt of a task writes the same (producer, seq) pairs and the commit keeps
+one ledger per producer. Nothing is
 visible yet: the ledger is not in the log. The driver's ``commit`` then acts as the log's leader
 for a moment: it fences every ledger of the log that is not closed, the last two always (so a
 live writer stops, as when a new leader takes over), and appends every task's ledger to the log's ledger list in one compare-and-set. Each
@@ -36,6 +40,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 import ledgerstore
 from ledgerstore.aio import LedgerHandle as AioLedgerHandle
+from ledgerstore.client.log import FORMAT_KEY, FORMAT_SEQUENCED, encode_entry, producer_header
 from ledgerstore.errors import (
     BadVersionError,
     ConfigError,
@@ -67,6 +72,7 @@ class LedgerWritten(WriterCommitMessage):
     ledger_id: int | None  # None: the task had no rows and created no ledger
     entries: int
     writer: str  # the writer instance's id, also in the ledger's custom metadata
+    producer: str | None = None  # the producer id its entries carry (batch writes), None: raw entries
 
 
 def payload_column(schema: StructType) -> tuple[str, bool]:
@@ -100,12 +106,21 @@ async def _finish(lh: AioLedgerHandle, pending: list[asyncio.Future[int]]) -> No
     await lh.close()
 
 
+def producer_of(job: str, partition: int) -> str:
+    """The producer id of a batch job's partition: the same for every attempt of its task."""
+    return f"spark:{job}:{partition}"
+
+
 def write_task(opts: ConnectorOptions, schema: StructType, batches: Iterator[pa.RecordBatch],
-               tags: dict[str, str], writer_id: str) -> LedgerWritten:
-    """Write one task's rows to a new ledger and close it; delete the ledger if anything fails."""
+               tags: dict[str, str], writer_id: str, sequenced: bool = False) -> LedgerWritten:
+    """Write one task's rows to a new ledger and close it; delete the ledger if anything fails.
+    ``sequenced``: each row is an entry of producer :func:`producer_of` with its row index as
+    its sequence."""
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
+    producer = producer_of(writer_id, partition) if sequenced else None
+    header = producer_header(producer) if producer is not None else b""
     column, is_string = payload_column(schema)
     client = client_for(opts.metadata)
     lh: AioLedgerHandle | None = None
@@ -119,8 +134,12 @@ def write_task(opts: ConnectorOptions, schema: StructType, batches: Iterator[pa.
             payloads = [s.encode() for s in values.to_pylist()] if is_string else values.to_pylist()
             if not payloads:
                 continue
+            if producer is not None:
+                payloads = [encode_entry(header, seq, p) for seq, p in enumerate(payloads, count)]
             if lh is None:
                 custom = {**tags, "spark_writer": writer_id, "partition": str(partition), "attempt": str(attempt)}
+                if producer is not None:
+                    custom[FORMAT_KEY] = FORMAT_SEQUENCED
                 lh = run(client, client.aio.create_ledger(opts.ensemble, opts.write_quorum, opts.ack_quorum,
                                                           opts.digest, opts.password, custom))
             pending = run(client, _append_batch(lh, payloads, pending))
@@ -131,7 +150,7 @@ def write_task(opts: ConnectorOptions, schema: StructType, batches: Iterator[pa.
         if lh is not None:
             _delete_quietly(client, lh.ledger_id)
         raise
-    return LedgerWritten(partition, attempt, None if lh is None else lh.ledger_id, count, writer_id)
+    return LedgerWritten(partition, attempt, None if lh is None else lh.ledger_id, count, writer_id, producer)
 
 
 def _delete_quietly(client: ledgerstore.Client, ledger_id: int) -> None:
@@ -148,8 +167,19 @@ def _written(messages: list[WriterCommitMessage | None]) -> list[LedgerWritten]:
     """The tasks' ledgers in the order they join the log: by ledger id. A log's ledger ids must
     increase along it, and tasks create their ledgers in whatever order they start (a retried
     task last), so partition order is kept only where creation order agrees with it."""
-    out = [m for m in messages if isinstance(m, LedgerWritten) and m.ledger_id is not None]
-    return sorted(out, key=lambda m: (m.ledger_id, m.partition))
+    out = sorted((m for m in messages if isinstance(m, LedgerWritten) and m.ledger_id is not None),
+                 key=lambda m: (m.ledger_id, m.partition))
+    # one ledger per producer: two attempts of a task (speculation) hold the same sequences, and a
+    # second copy in the log would be a duplicate; the other attempts' ledgers are swept
+    seen: set[str] = set()
+    kept = []
+    for m in out:
+        if m.producer is not None:
+            if m.producer in seen:
+                continue
+            seen.add(m.producer)
+        kept.append(m)
+    return kept
 
 
 def highest_ledger_id(client: ledgerstore.Client) -> int:
@@ -255,7 +285,7 @@ class LedgerStoreBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerWritten:
         return write_task(self.opts, self.schema, iterator, {"spark_job": self.job_id, "log": self.name},
-                          self.job_id)
+                          self.job_id, sequenced=True)
 
     def _mine(self, custom: dict[str, str]) -> bool:
         return custom.get("spark_job") == self.job_id

@@ -52,7 +52,7 @@ def test_a_duplicate_sequence_writes_nothing_and_resolves_to_the_original_positi
             assert await w.append(b"a again", seq=0) == first
             assert await w.append(b"b again", seq=5) == second
             assert w.last_seq == 5 and w.last_seq_of("p1") == 5 and w.last_seq_of("other") is None
-            with pytest.raises(InvalidArgumentError, match="sequence 3 is below its highest sequence 5"):
+            with pytest.raises(InvalidArgumentError, match="sequence 3 is below its highest stored sequence 5 but is not in the log"):
                 await w.append(b"never", seq=3)
             plain = await w.append(b"plain")  # no sequence: no dedup
             await w.close()
@@ -80,6 +80,21 @@ def test_a_duplicate_of_an_in_flight_sequence_resolves_with_the_originals_outcom
             assert await middle == Position(last.ledger_id, last.entry_id - 1)
             await w.close()
             assert [r.payload for r in await records(client, "eo-inflight")] == [b"x", b"m0", b"m1", b"m2"]
+
+    run(go())
+
+
+def test_a_sequence_skipped_while_a_higher_one_is_in_flight_is_refused(shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-skipped", password=PW, producer_id="p")
+            await w.append(b"5", seq=5)
+            twenty = w.append_async(b"20", seq=20)
+            with pytest.raises(InvalidArgumentError, match="sequence 12 was skipped: this writer already sent sequence 20"):
+                await w.append(b"12", seq=12)
+            await twenty
+            await w.close()
+            assert [r.seq for r in await records(client, "eo-skipped")] == [5, 20]
 
     run(go())
 
@@ -152,7 +167,7 @@ def test_a_new_leader_rebuilds_the_table_from_snapshots_and_the_ledgers_nobody_c
     run(go())
 
 
-def test_an_old_log_opens_unchanged_and_its_entries_read_without_a_sequence(shared_cluster: LocalCluster) -> None:
+def test_an_old_log_opens_unchanged_and_raw_ledgers_in_it_are_stepped_over(shared_cluster: LocalCluster) -> None:
     async def go() -> None:
         async with Client(metadata=shared_cluster.metadata) as client:
             logs = LogManager(client.store)  # type: ignore[arg-type]
@@ -167,6 +182,14 @@ def test_an_old_log_opens_unchanged_and_its_entries_read_without_a_sequence(shar
             await w.close()
             got = await records(client, "eo-old")
             assert [(r.payload, r.seq) for r in got] == [(b"\x01old", None), (b"\x00raw", None), (b"new", 0)]
+            raw = await client.create_ledger(3, 2, 2, password=PW)  # a raw ledger after it (a Spark stream's)
+            await raw.append(b"raw")
+            await raw.close()
+            await logs.write((await logs.read("eo-old")).with_ledger(raw.ledger_id))  # type: ignore[union-attr]
+            w = await client.open_log("eo-old", password=PW, producer_id="p")
+            assert w.last_seq == 0  # stepped over the raw ledger to the sequenced one before it
+            assert await w.append(b"new", seq=0) == got[2].position
+            await w.close()
 
     run(go())
 

@@ -13,6 +13,7 @@ import pytest
 
 from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
+from ledgerstore.client.log import writer as log_writer
 from ledgerstore.errors import BookieReadOnlyError, LedgerRecoveryError
 from ledgerstore.meta import ledgers
 from ledgerstore.meta.ledgers import LedgerMetadata
@@ -106,3 +107,18 @@ def test_the_simulation_catches_a_read_only_bookie_that_refuses_recovery_adds(mo
     monkeypatch.setattr(Ledgers, "check_add", refuse_when_read_only)
     found = _violations(1)  # seeds-to-find 1 (seed 0)
     assert any("read-only, " in v and "could not be recovered with" in v for vs in found.values() for v in vs), found
+
+
+def test_the_simulation_catches_a_new_leader_that_does_not_rebuild_the_producer_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 put back: a new leader of a log starts with an empty producer table (neither the
+    snapshots nor the recovered ledgers are read), so a producer that resends from an earlier
+    sequence after a takeover writes those sequences again. Seeds-to-find 2: seed 1 is the first
+    of 0..59 that catches it (then 4, 5)."""
+
+    async def empty_table(client: object, md: object, password: bytes, table: object) -> None:
+        return None
+
+    monkeypatch.setattr(log_writer, "rebuild_table", empty_table)
+    found = _violations(2)
+    assert any("(a duplicate was written)" in v for vs in found.values() for v in vs), found

@@ -123,19 +123,26 @@ def test_available_now_stream_run_twice_reads_each_entry_exactly_once(
     assert seen == expected
 
 
-def test_write_job_with_a_retried_task_writes_each_row_exactly_once(
-        spark: Any, shared_cluster: LocalCluster, client: Any) -> None:
-    from pyspark import TaskContext
-
-    before = set(client.list_ledgers())
+def first_attempt_fails(partition: int, after: int, prefix: str) -> Any:
+    """A mapPartitions function yielding ``(f"{prefix}-{x:05d}",)`` per row whose first attempt
+    of ``partition`` fails after ``after`` rows (Arrow batches of 1000: some are written)."""
 
     def flaky(rows: Any) -> Any:
+        from pyspark import TaskContext
+
         ctx = TaskContext.get()
         for n, x in enumerate(rows):
-            if ctx.partitionId() == 1 and ctx.attemptNumber() == 0 and n == 2500:
-                raise RuntimeError("injected failure of the first attempt of partition 1")
-            yield (f"row-{x:05d}",)
+            if ctx.partitionId() == partition and ctx.attemptNumber() == 0 and n == after:
+                raise RuntimeError(f"injected failure of the first attempt of partition {partition}")
+            yield (f"{prefix}-{x:05d}",)
 
+    return flaky
+
+
+def test_write_job_with_a_retried_task_writes_each_row_exactly_once(
+        spark: Any, shared_cluster: LocalCluster, client: Any) -> None:
+    before = set(client.list_ledgers())
+    flaky = first_attempt_fails(partition=1, after=2500, prefix="row")
     df = spark.sparkContext.parallelize(range(12_000), 3).mapPartitions(flaky).toDF("payload string")
     df.write.format("ledgerstore").option("metadata", shared_cluster.metadata).option("log", "retried") \
         .mode("append").save()
@@ -152,6 +159,31 @@ def test_write_job_with_a_retried_task_writes_each_row_exactly_once(
     assert new == set(md_ids)
     for lid in md_ids:
         assert client.ledger_metadata(lid).is_closed
+
+
+def test_a_retried_task_attempt_writes_each_partition_sequence_once_as_exactly_once_entries(
+        spark: Any, shared_cluster: LocalCluster, client: Any) -> None:
+    """A task attempt fails after appending part of its partition (its first Arrow batches are in
+    its ledger) and is retried: the log holds each row once, as an entry of producer
+    ``spark:<job>:<partition>`` with its row index as its sequence, and a log writer taking the
+    log over afterwards knows every partition's last sequence."""
+
+    flaky = first_attempt_fails(partition=0, after=2500, prefix="seq")
+    df = spark.sparkContext.parallelize(range(6000), 2).mapPartitions(flaky).toDF("payload string")
+    df.write.format("ledgerstore").option("metadata", shared_cluster.metadata).option("log", "sequenced") \
+        .mode("append").save()
+    records = list(client.open_log_reader("sequenced").records())
+    producers = sorted({r.producer_id for r in records})
+    assert len(producers) == 2 and all(p.startswith("spark:") for p in producers)
+    for k, producer in enumerate(sorted(producers, key=lambda p: int(p.rsplit(":", 1)[1]))):
+        mine = [r for r in records if r.producer_id == producer]
+        assert [r.seq for r in mine] == list(range(3000))  # each row once, in row order
+        assert [r.payload for r in mine] == [f"seq-{x:05d}".encode() for x in range(k * 3000, (k + 1) * 3000)]
+    # Spark's own reader hands out the payloads without the entry header
+    assert [p for _, _, p in log_rows(spark, shared_cluster, "sequenced")] == [r.payload for r in records]
+    w = client.open_log("sequenced")
+    assert [w.last_seq_of(p) for p in producers] == [2999, 2999]
+    w.close()
 
 
 def test_failed_write_job_leaves_the_log_unchanged_and_no_orphan_ledgers(

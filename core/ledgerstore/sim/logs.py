@@ -9,11 +9,20 @@ and stops at its first failure (a takeover fences it) or the end of the stint. A
 processes: failed metadata writes (which land on rolls' creates, list appends and closes),
 partitions and lossy links to a bookie, held links and pauses.
 
+Exactly-once appends: both writer processes append for one application producer
+(:data:`PRODUCER`) with sequences. A writer resumes after its takeover from the application's
+checkpoint (the highest sequence it saw acknowledged without a hole), often from an earlier one
+(a producer that crashed and resends), resends a sequence whose acknowledgement is late (a retry
+after a timeout: a duplicate of one in flight), and now and then an old acknowledged one. Every
+fifth append carries no sequence.
+
 Invariants: acknowledgements reach each writer in log order; at every change of the ledger
 list only the newest two ledgers may be open (a log never rolls past a ledger that failed to
 close); after a final takeover every ledger of the log is closed, every acknowledged append
 reads back through a log reader with its payload, in log order, and what every reader saw
-during the run is a prefix of the final log.
+during the run is a prefix of the final log. Every acknowledged ``(producer, seq)`` appears in
+the final log exactly once, at the position acknowledged (a duplicate resolves to the same one),
+and each producer's sequences increase along the log; a resend never meets "not in the log".
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from typing import Protocol
 
 from ledgerstore.client.client import Client
 from ledgerstore.client.log import LogWriter
-from ledgerstore.errors import LedgerStoreError, MetadataError
+from ledgerstore.client.log.entry import LogRecord
+from ledgerstore.errors import InvalidArgumentError, LedgerStoreError, MetadataError
 from ledgerstore.meta.logs import LogMetadata, Position, log_path
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.network import LinkFaults
@@ -37,6 +47,10 @@ WRITERS = ("log-a", "log-b")
 READER = "log-reader"
 #: the share of runs with log writers and readers
 LOG_RUNS = 0.5
+#: the application producer both writer processes append for (a takeover keeps the producer)
+PRODUCER = "app"
+#: a sequenced append not resolved after this long is sent again (the application's timeout)
+RESEND_AFTER_S = 2.0
 #: the fault kinds of the main schedule these processes also meet
 LOG_FAULTS = ("partition", "lossy-link", "hold-link", "metadata-fail", "metadata-fail", "pause-writer")
 
@@ -80,6 +94,11 @@ class LogWorkload:
         self.enabled = False
         #: the writer process that led the log last
         self.leader: str | None = None
+        #: every acknowledged (producer, seq) and the position it was acknowledged at
+        self.acked_seqs: dict[tuple[str, int], Position] = {}
+        #: the application's checkpoint: every sequence up to it was acknowledged
+        self.checkpoint = -1
+        self.stats.update(log_dup_sent=0, log_resumed_back=0)
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -117,7 +136,7 @@ class LogWorkload:
             try:
                 w = await asyncio.wait_for(client.open_log(
                     LOG, ensemble=ens, write_quorum=qw, ack_quorum=qa, password=PASSWORD,
-                    roll_size_bytes=rng.choice((60, 150, 400))), 60)
+                    roll_size_bytes=rng.choice((60, 150, 400)), producer_id=PRODUCER), 60)
             except (LedgerStoreError, TimeoutError) as exc:
                 self.world.trace("log.open_failed", f"{name} {type(exc).__name__}")
                 await asyncio.sleep(rng.uniform(0.5, 3.0))
@@ -132,19 +151,32 @@ class LogWorkload:
     async def _append(self, name: str, w: LogWriter, rng: random.Random, until: float) -> None:
         window = rng.choice((1, 2, 8))
         gap = rng.choice((0.1, 0.2, 0.4))
+        srng = self.world.rng_for(f"logs.seq.{name}.{self.stats['log_sessions']}")
         acked: list[Position] = []
         futures: list[asyncio.Future[Position]] = []
+        #: sequenced appends not resolved yet: seq -> (future, when sent, resent already)
+        waiting: dict[int, tuple[asyncio.Future[Position], float, bool]] = {}
+        seq = self._resume_from(w, srng)
         i = 0
         while self.loop.time() < until and w.error is None:
             await self.awake[name].wait()
             futures = [f for f in futures if not f.done()]
+            self._resend_late(name, w, waiting, acked)
             if len(futures) >= window:
                 await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
                 continue
-            payload = f"{self.world.seed}:{name}:{self.stats['log_sessions']}:{i}".encode()
+            if i % 5 == 4:
+                payload = f"{self.world.seed}:{name}:{self.stats['log_sessions']}:{i}".encode()
+                fut = w.append_async(payload)
+                fut.add_done_callback(functools.partial(self._acked, name, acked, payload))
+            else:
+                stored = w.last_seq  # what this writer knows is stored: a resend may only go back
+                if srng.random() < 0.05 and stored is not None:
+                    self._send_seq(name, w, srng.randint(0, stored), acked)  # an old acknowledged one
+                fut = self._send_seq(name, w, seq, acked)
+                waiting[seq] = (fut, self.loop.time(), False)
+                seq += 1
             i += 1
-            fut = w.append_async(payload)
-            fut.add_done_callback(functools.partial(self._acked, name, acked, payload))
             futures.append(fut)
             await asyncio.sleep(rng.expovariate(1 / gap))
         if w.error is not None:
@@ -155,6 +187,66 @@ class LogWorkload:
             self.world.trace("log.closed", f"{name} at {w.last_position}")
         except (LedgerStoreError, TimeoutError) as exc:
             self.world.trace("log.close_failed", f"{name} {type(exc).__name__}")
+
+    def _resume_from(self, w: LogWriter, rng: random.Random) -> int:
+        """Where a writer taking over resumes the application's sequences: after its checkpoint
+        (what it saw acknowledged), or from earlier (a producer resending after a crash), or
+        after the log's ``last_seq``."""
+        draw = rng.random()
+        if draw < 0.4:
+            start = self.checkpoint + 1
+        elif draw < 0.8:
+            start = max(0, self.checkpoint + 1 - rng.randint(1, 30))
+            self.stats["log_resumed_back"] += 1
+        else:
+            last = w.last_seq
+            start = 0 if last is None else last + 1
+        self.world.trace("log.resume", f"{PRODUCER} from {start} (checkpoint {self.checkpoint}, last {w.last_seq})")
+        return start
+
+    def _send_seq(self, name: str, w: LogWriter, seq: int, acked: list[Position]) -> asyncio.Future[Position]:
+        fut = w.append_async(self._payload(seq), seq=seq)
+        fut.add_done_callback(functools.partial(self._seq_acked, name, acked, seq))
+        return fut
+
+    @staticmethod
+    def _payload(seq: int) -> bytes:
+        return f"{PRODUCER}:{seq}".encode()
+
+    def _resend_late(self, name: str, w: LogWriter, waiting: dict[int, tuple[asyncio.Future[Position], float, bool]],
+                     acked: list[Position]) -> None:
+        """Send again, once, every sequenced append not resolved after :data:`RESEND_AFTER_S`
+        (the application timed out; the original is still in flight)."""
+        now = self.loop.time()
+        for s, (fut, sent, resent) in list(waiting.items()):
+            if fut.done():
+                del waiting[s]
+            elif not resent and now - sent >= RESEND_AFTER_S:
+                waiting[s] = (fut, sent, True)
+                self.stats["log_dup_sent"] += 1
+                self._send_seq(name, w, s, acked)
+
+    def _seq_acked(self, name: str, acked: list[Position], seq: int, fut: asyncio.Future[Position]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if isinstance(exc, InvalidArgumentError):
+            self.run.violation(f"log: {name} resending {PRODUCER} seq {seq} was refused: {exc}")
+            return
+        if exc is not None:
+            return
+        pos = fut.result()
+        key = (PRODUCER, seq)
+        first = self.acked_seqs.setdefault(key, pos)
+        if first != pos:
+            self.run.violation(f"log: {PRODUCER} seq {seq} acknowledged at {first} and again at {pos} "
+                               "(a duplicate was written)")
+        while (PRODUCER, self.checkpoint + 1) in self.acked_seqs:
+            self.checkpoint += 1
+        if not acked or pos > acked[-1]:  # a duplicate resolves to an older position: no order to check
+            self._acked(name, acked, self._payload(seq), fut)
+        else:
+            self.acked[pos] = self.acked.get(pos, self._payload(seq))
 
     def _acked(self, name: str, acked: list[Position], payload: bytes, fut: asyncio.Future[Position]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -187,6 +279,12 @@ class LogWorkload:
         async with await client.open_log_reader(LOG, "earliest", password=PASSWORD) as r:
             async for pos, payload in r:
                 into.append((pos, payload))
+
+    @staticmethod
+    async def _read_records(client: Client, into: list[LogRecord]) -> None:
+        async with await client.open_log_reader(LOG, "earliest", password=PASSWORD) as r:
+            async for rec in r.records():
+                into.append(rec)
 
     async def _faults(self, kinds: list[str], until: float) -> None:
         rng = self.world.rng_for("logs.faults")
@@ -286,12 +384,36 @@ class LogWorkload:
             if lmd is None or not lmd.is_closed:
                 self.run.violation(f"log: ledger {lid} is {None if lmd is None else lmd.state} after a takeover "
                                    "on a healthy cluster")
-        final: list[tuple[Position, bytes]] = []
+        records: list[LogRecord] = []
         try:
-            await asyncio.wait_for(self._read_all(client, final), 300)
+            await asyncio.wait_for(self._read_records(client, records), 300)
         except (LedgerStoreError, MetadataError, TimeoutError) as exc:
-            self.run.violation(f"log: reading the whole log failed after {len(final)} entries: {exc!r}")
-        self.check(final)
+            self.run.violation(f"log: reading the whole log failed after {len(records)} entries: {exc!r}")
+        self.check([(r.position, r.payload) for r in records])
+        self.check_sequences(records)
+
+    def check_sequences(self, final: list[LogRecord]) -> None:
+        """Exactly once: each producer's sequences increase along the final log, and every
+        acknowledged (producer, seq) is there, at the position it was acknowledged at."""
+        at: dict[tuple[str, int], Position] = {}
+        last: dict[str, int] = {}
+        for rec in final:
+            if rec.producer_id is None or rec.seq is None:
+                continue
+            prev = last.get(rec.producer_id, -1)
+            if rec.seq <= prev:
+                self.run.violation(f"log: {rec.producer_id} seq {rec.seq} at {rec.position} follows seq {prev} "
+                                   "(stored twice, or out of sequence order)")
+                return
+            last[rec.producer_id] = rec.seq
+            at[(rec.producer_id, rec.seq)] = rec.position
+        missing = sorted(k for k, pos in self.acked_seqs.items() if at.get(k) != pos)
+        if missing:
+            k = missing[0]
+            self.run.violation(f"log: {len(missing)} acknowledged sequences are not in the final log where they "
+                               f"were acknowledged, first {k} (acknowledged at {self.acked_seqs[k]}, found at "
+                               f"{at.get(k)})")
+        self.stats["log_seqs"] = len(at)
 
     def check(self, final: list[tuple[Position, bytes]]) -> None:
         """The final log against every acknowledged append and every reader's view."""

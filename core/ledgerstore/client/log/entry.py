@@ -18,7 +18,9 @@ Format 2 entry (``docs/logs.md``, "Entry format")::
 
 from __future__ import annotations
 
+import functools
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ledgerstore.errors import InvalidArgumentError, LogError
@@ -86,9 +88,16 @@ def producer_header(producer_id: str) -> bytes:
     return bytes((FLAG_SEQUENCED, len(raw))) + raw
 
 
+@functools.lru_cache(maxsize=MAX_PRODUCER_ID_BYTES + 2)
+def header_packer(header_size: int) -> Callable[[bytes, int], bytes]:
+    """``pack(header, seq)``: a header of ``header_size`` bytes followed by the sequence, in one
+    call (a third cheaper than two concatenations; one per header size, shared by producers)."""
+    return struct.Struct(f">{header_size}sQ").pack
+
+
 def encode(header: bytes, seq: int, payload: bytes) -> bytes:
     """A sequenced entry: ``header`` (from :func:`producer_header`), ``seq``, ``payload``."""
-    return header + pack_seq(seq) + payload
+    return header_packer(len(header))(header, seq) + payload
 
 
 def decode(data: bytes) -> tuple[bytes, str | None, int | None]:
@@ -108,6 +117,10 @@ def decode(data: bytes) -> tuple[bytes, str | None, int | None]:
     return data[end + 8:], data[2:end].decode("utf-8", "surrogatepass"), seq
 
 
+#: the public names of the codec (``ledgerstore.client.log`` re-exports them)
+encode_entry = encode
+decode_entry = decode
+
 __all__ = ["FLAG_SEQUENCED", "FORMAT_KEY", "FORMAT_SEQUENCED", "MAX_PRODUCER_ID_BYTES", "MAX_SEQ", "PLAIN_HEADER",
-           "LogRecord", "check_producer_id", "check_seq", "decode", "encode", "is_sequenced_format",
+           "LogRecord", "check_producer_id", "check_seq", "decode", "decode_entry", "encode", "encode_entry", "header_packer", "is_sequenced_format",
            "producer_header"]

@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 
-from ledgerstore.client.log.entry import check_producer_id, producer_header
+from ledgerstore.client.log.entry import check_producer_id, header_packer, producer_header
 from ledgerstore.errors import LogError
 from ledgerstore.meta.logs import Position
 
@@ -39,12 +39,14 @@ Pending = tuple[int, int, "asyncio.Future[Position]"]
 class Producer:
     """One producer's state. ``seq`` is -1 while nothing of it is stored."""
 
-    __slots__ = ("entry_id", "header", "ledger_id", "pending", "producer_id", "sent", "seq", "touched")
+    __slots__ = ("entry_id", "header", "ledger_id", "pack", "pending", "producer_id", "sent", "seq", "touched")
 
     def __init__(self, producer_id: str, header: bytes) -> None:
         self.producer_id = producer_id
         #: the precomputed start of its entries' header (flags, id length, id)
         self.header = header
+        #: ``pack(header, seq)``: the whole header of one of its entries (shared per header size)
+        self.pack = header_packer(len(header))
         #: the highest sequence stored in the log (acknowledged, or read back by a new leader)
         self.seq = -1
         self.ledger_id = -1

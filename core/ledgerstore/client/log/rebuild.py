@@ -5,9 +5,9 @@ Rebuilding (:func:`rebuild_table`) walks the log's ledgers from the newest back 
 whose metadata holds a snapshot (``custom["log.producers"]``, written by :func:`write_snapshot`
 after a writer closed that ledger), loads it, and reads the entries after the position the
 snapshot reflects: with every close writing one, that is only the ledgers the new leader just
-recovered (those nobody closed). A ledger without the format 2 marker (written by an older
-release) ends the walk: nothing before it carries sequences. Used by :mod:`.writer`; the table
-itself is :mod:`.producers`, the entry codec :mod:`.entry`.
+recovered (those nobody closed). Ledgers without the format 2 marker (written by an older
+release, or raw ledgers a Spark stream committed) hold no sequences and are stepped over. Used
+by :mod:`.writer`; the table itself is :mod:`.producers`, the entry codec :mod:`.entry`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ledgerstore.client.log.entry import decode, is_sequenced_format
 from ledgerstore.client.log.producers import SNAPSHOT_KEY, ProducerTable
 from ledgerstore.client.read import ReadHandle
 from ledgerstore.errors import BadVersionError, LedgerStoreError
-from ledgerstore.meta.ledgers import LedgerManager
+from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 from ledgerstore.meta.logs import LogMetadata, Position
 
 log = logging.getLogger(__name__)
@@ -55,30 +55,30 @@ async def sequenced_entries(rh: ReadHandle, first: int = 0) -> list[tuple[int, s
 async def rebuild_table(client: LogClient, md: LogMetadata, password: bytes,
                         table: ProducerTable) -> Position | None:
     """Fill ``table`` from log ``md`` (whose ledgers are all closed: the new leader recovered
-    them). Returns the position the table reflects every entry up to (None: the log holds no
-    format 2 entry)."""
+    them). Returns the position the table reflects every entry up to: the log's last entry
+    (None: the log holds no entry)."""
     ids = md.ledger_ids
     through: Position | None = None
+    metas: dict[int, LedgerMetadata] = {}
     start = 0  # index into ids of the first ledger to read
     for i in range(len(ids) - 1, -1, -1):
-        lmd = await client.ledger_metadata(ids[i])
-        if not is_sequenced_format(lmd.custom):
-            start = i + 1
-            break
-        snap = lmd.custom.get(SNAPSHOT_KEY)
+        lmd = metas[ids[i]] = await client.ledger_metadata(ids[i])
+        snap = lmd.custom.get(SNAPSHOT_KEY) if is_sequenced_format(lmd.custom) else None
         if snap is not None:
             through = table.load_snapshot(snap)
             start = next((j for j, lid in enumerate(ids) if lid >= through.ledger_id), len(ids))
             break
     for lid in ids[start:]:
-        rh = await client.open_ledger(lid, password, recovery=False)
-        if not is_sequenced_format(rh.md.custom):
-            continue
+        lmd = metas[lid] if lid in metas else await client.ledger_metadata(lid)
         first = through.entry_id + 1 if through is not None and lid == through.ledger_id else 0
-        for eid, pid, seq in await sequenced_entries(rh, first):
-            table.add(pid).stored(seq, lid, eid)
-        if rh.last_add_confirmed >= first:
-            through = Position(lid, rh.last_add_confirmed)
+        last = lmd.last_entry_id
+        if is_sequenced_format(lmd.custom):  # others (older releases, raw Spark stream ledgers) hold no sequences
+            rh = await client.open_ledger(lid, password, recovery=False)
+            last = rh.last_add_confirmed
+            for eid, pid, seq in await sequenced_entries(rh, first):
+                table.add(pid).stored(seq, lid, eid)
+        if last >= first:
+            through = Position(lid, last)
     return through
 
 
@@ -113,7 +113,7 @@ async def find_sequence(open_ledger: OpenLedger, ids: list[int], producer_id: st
     for lid in reversed(ids):
         rh = await open_ledger(lid)
         if not is_sequenced_format(rh.md.custom):
-            return None
+            continue  # a ledger of raw entries (an older release, a Spark stream): no sequences
         hit: Position | None = None
         below = False
         entries = await sequenced_entries(rh)

@@ -24,7 +24,6 @@ from ledgerstore.client.log.entry import (
     PLAIN_HEADER,
     check_producer_id,
     check_seq,
-    pack_seq,
 )
 from ledgerstore.client.log.producers import Producer, ProducerTable
 from ledgerstore.client.log.rebuild import find_sequence, rebuild_table, write_snapshot
@@ -57,13 +56,22 @@ LEDGER_CUSTOM = {FORMAT_KEY: FORMAT_SEQUENCED}
 _Held = tuple["asyncio.Future[Position]", "asyncio.Future[int]", Producer | None, int]
 
 
+#: an append that waits for the previous ledger before it is sent: its entry (or a batch's
+#: entries), the caller's future, the producer and last sequence
+_Parked = tuple[bytes | list[bytes], "asyncio.Future[Position]", Producer | None, int]
+
+
 class _Segment:
-    """One ledger of this writer's leadership, and the bookkeeping that keeps acknowledgements in
-    log order across a roll: entries of a ledger are *held* until every entry of the previous
-    ledger has been acknowledged (or failed)."""
+    """One ledger of this writer's leadership, and the bookkeeping that keeps the log a prefix
+    across a roll: appends to a ledger are *parked* (not sent) until every entry of the previous
+    ledger has been acknowledged or failed, so an entry of the new ledger is never stored while
+    an earlier one of the old ledger is lost (a producer resending from the lost one would find
+    a later sequence stored); if the old ledger's adds failed, the parked ones fail as not
+    written. Acknowledgements of the new ledger are *held* likewise (none arrive early now that
+    nothing is sent early; the hold stays for what was sent before a switch)."""
 
     __slots__ = ("lh", "ledger_id", "bytes", "started", "outstanding", "sealed", "waiting", "held",
-                 "error", "successor")
+                 "parked", "error", "successor")
 
     def __init__(self, lh: LedgerHandle, waiting: bool, started: float) -> None:
         self.lh = lh
@@ -74,6 +82,7 @@ class _Segment:
         self.sealed = False  # no more appends (the writer rolled past it or closed)
         self.waiting = waiting  # True while the previous segment still has unresolved entries
         self.held: collections.deque[_Held] = collections.deque()
+        self.parked: list[_Parked] = []
         self.error: LedgerStoreError | None = None
         self.successor: _Segment | None = None
 
@@ -186,7 +195,7 @@ class LogWriter:
             if seq <= p.sent:
                 self._duplicate(p, seq, outer)
                 return outer
-            data = p.header + pack_seq(seq) + payload
+            data = p.pack(p.header, seq) + payload
         except InvalidArgumentError as exc:
             outer.set_exception(exc)
             return outer
@@ -226,8 +235,8 @@ class LogWriter:
             if first_seq <= p.sent:  # the front of the batch is stored or in flight already
                 payloads = payloads[p.sent - first_seq + 1:]
                 first_seq = p.sent + 1
-            header = p.header
-            datas = [header + pack_seq(s) + x for s, x in enumerate(payloads, first_seq)]
+            header, pack = p.header, p.pack
+            datas = [pack(header, s) + x for s, x in enumerate(payloads, first_seq)]
         except InvalidArgumentError as exc:
             outer.set_exception(exc)
             return outer
@@ -278,18 +287,27 @@ class LogWriter:
 
     def _add(self, data: bytes, outer: asyncio.Future[Position], p: Producer | None, seq: int) -> None:
         seg = self._seg
-        self._queued(seg, seg.lh.append_async(data), len(data), outer, p, seq)
+        if seg.waiting:
+            seg.parked.append((data, outer, p, seq))
+            self._queued(seg, None, len(data), outer, p, seq)
+        else:
+            self._queued(seg, seg.lh.append_async(data), len(data), outer, p, seq)
 
     def _add_many(self, datas: list[bytes], outer: asyncio.Future[Position], p: Producer | None, last: int) -> None:
         seg = self._seg
-        self._queued(seg, seg.lh.append_many_async(datas), sum(map(len, datas)), outer, p, last)
+        if seg.waiting:
+            seg.parked.append((datas, outer, p, last))
+            self._queued(seg, None, sum(map(len, datas)), outer, p, last)
+        else:
+            self._queued(seg, seg.lh.append_many_async(datas), sum(map(len, datas)), outer, p, last)
 
-    def _queued(self, seg: _Segment, inner: asyncio.Future[int], size: int, outer: asyncio.Future[Position],
+    def _queued(self, seg: _Segment, inner: asyncio.Future[int] | None, size: int, outer: asyncio.Future[Position],
                 p: Producer | None, seq: int) -> None:
         self._newest = outer
         seg.outstanding += 1
         seg.bytes += size
-        inner.add_done_callback(functools.partial(self._on_added, seg, outer, p, seq))
+        if inner is not None:  # None: parked, sent by _settled
+            inner.add_done_callback(functools.partial(self._on_added, seg, outer, p, seq))
         if self._roll_task is None and self._roll_due(seg):
             self._roll_task = self.client.loop.create_task(self._roll(), name=f"roll log {self.name}")
 
@@ -303,8 +321,10 @@ class LogWriter:
             original.add_done_callback(functools.partial(_follow, outer, back))
         elif seq == p.seq:
             outer.set_result(p.position)
-        elif seq > p.seq:
-            outer.set_exception(self._gap(p, seq))
+        elif seq > p.seq:  # sent after the highest stored one, not in flight: the producer skipped it
+            outer.set_exception(InvalidArgumentError(
+                f"log {self.name!r}: producer {p.producer_id!r} sequence {seq} was skipped: this writer already "
+                f"sent sequence {p.sent} and sequences increase strictly; nothing was written"))
         else:
             pos = self._found.get((p.producer_id, seq))
             if pos is not None:
@@ -316,9 +336,9 @@ class LogWriter:
 
     def _gap(self, p: Producer, seq: int) -> InvalidArgumentError:
         return InvalidArgumentError(
-            f"log {self.name!r}: producer {p.producer_id!r} sequence {seq} is below its highest sequence "
-            f"{max(p.seq, p.sent)} but is not in the log (it was skipped, or truncated away); nothing was "
-            f"written: append only sequences above {max(p.seq, p.sent)}")
+            f"log {self.name!r}: producer {p.producer_id!r} sequence {seq} is below its highest stored sequence "
+            f"{p.seq} but is not in the log (it was skipped, or truncated away); nothing was written: append "
+            f"only sequences above {max(p.seq, p.sent)}")
 
     async def _search(self, p: Producer, seq: int, outer: asyncio.Future[Position]) -> None:
         """Find an old sequence in the log (one search at a time: the next one usually finds its
@@ -427,6 +447,22 @@ class LogWriter:
         while nxt.held:
             outer, inner, p, seq = nxt.held.popleft()
             self._deliver(nxt, outer, inner, p, seq, nxt.error)
+        parked, nxt.parked = nxt.parked, []
+        for data, outer, p, seq in parked:
+            cause = nxt.error or self._error
+            if cause is None:
+                inner = nxt.lh.append_many_async(data) if isinstance(data, list) else nxt.lh.append_async(data)
+                inner.add_done_callback(functools.partial(self._on_added, nxt, outer, p, seq))
+                continue
+            if p is not None:
+                p.settled(seq)
+            if not outer.done():
+                outer.set_exception(type(cause)(
+                    f"log {self.name!r}: not written (never sent): this writer failed before it could add it to "
+                    f"ledger {nxt.ledger_id} ({cause})"))
+            nxt.outstanding -= 1
+        if nxt.sealed and nxt.outstanding == 0:
+            self._settled(nxt)
 
     def _fail(self, err: LedgerStoreError) -> None:
         if self._error is None:
@@ -643,10 +679,10 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
                           roll_interval_s: float | None, create: bool, producer_id: str | None = None,
                           producer_ttl_s: float | None = None) -> LogWriter:
     """Become the log's leader (the seeds' "Opening a log"): read the list, recover every ledger
-    of it that is not closed (the last two, and any older one a failed writer left open), rebuild
-    the producer table (:func:`~.rebuild.rebuild_table`: the newest snapshot, then the ledgers
-    after it), create a ledger, CAS-append it. A lost CAS deletes the new ledger and starts over,
-    at most :data:`OPEN_ATTEMPTS` times."""
+    of it that is not closed (the last two, and any older one a failed writer left open), create a
+    ledger, CAS-append it, then rebuild the producer table (:func:`~.rebuild.rebuild_table`: the
+    newest snapshot, then the ledgers after it). A lost CAS deletes the new ledger and starts
+    over, at most :data:`OPEN_ATTEMPTS` times."""
     validate_log_name(name)
     if roll_size_bytes is not None and roll_size_bytes <= 0:
         raise InvalidArgumentError(f"roll_size_bytes must be positive, got {roll_size_bytes}")
@@ -666,11 +702,9 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
             raise LogError(f"log {name!r} does not exist; pass create=True to create it")
         if not await recover_ledgers(client, logs, md, settings.password, await unclosed(client, md)):
             continue
-        table = ProducerTable()
-        through = await rebuild_table(client, md, settings.password, table)
-        table.expire(producer_ttl_s)
         lh = await client.create_ledger(settings.ensemble, settings.write_quorum, settings.ack_quorum,
                                         settings.digest, settings.password, custom_metadata=dict(LEDGER_CUSTOM))
+        recovered = md
         try:
             md = await logs.write(md.with_ledger(lh.ledger_id))
         except BadVersionError:
@@ -679,6 +713,12 @@ async def open_log_writer(client: LogClient, name: str, settings: LedgerSettings
             except LedgerStoreError as exc:
                 log.warning("log %s: could not delete unused ledger %d (%s)", name, lh.ledger_id, exc)
             continue
+        # after the list holds our ledger (no other writer can add one without fencing ours): the
+        # read of the recovered ledgers does not widen the window in which a roll of the old
+        # leader makes this open start over
+        table = ProducerTable()
+        through = await rebuild_table(client, recovered, settings.password, table)
+        table.expire(producer_ttl_s)
         return LogWriter(client, md, lh, settings, roll_size_bytes, roll_interval_s, table=table, through=through,
                          producer_id=producer_id, producer_ttl_s=producer_ttl_s)
     raise LogError(
