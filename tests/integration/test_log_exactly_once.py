@@ -194,6 +194,27 @@ def test_an_old_log_opens_unchanged_and_raw_ledgers_in_it_are_stepped_over(share
     run(go())
 
 
+def test_producer_expiry_forgets_idle_producers_and_gives_up_their_dedup(shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-ttl", password=PW, producer_id="idle")
+            await w.append(b"0", seq=0)
+            await w.close()  # the snapshot records when "idle" last appended
+            await asyncio.sleep(0.3)
+            kept = await client.open_log("eo-ttl", password=PW, producer_id="idle")  # no TTL: remembered
+            assert kept.last_seq == 0
+            await kept.close()
+            w = await client.open_log("eo-ttl", password=PW, producer_id="idle", producer_ttl_s=0.2)
+            assert w.last_seq is None  # forgotten: what expiry gives up
+            await w.append(b"0", seq=0)  # so a resend is written again
+            await w.close()
+            assert [r.seq for r in await records(client, "eo-ttl")] == [0, 0]
+            with pytest.raises(InvalidArgumentError, match="producer_ttl_s"):
+                await client.open_log("eo-ttl", password=PW, producer_ttl_s=0)
+
+    run(go())
+
+
 def test_the_sync_api_appends_with_sequences_and_reads_records(shared_cluster: LocalCluster) -> None:
     with ledgerstore.Client(metadata=shared_cluster.metadata) as client:
         w = client.open_log("eo-sync", password=PW, producer_id="s")
