@@ -206,7 +206,6 @@ class LogReader:
             await self.wait(remaining)
         return True
 
-
     async def _read(self, rh: ReadHandle, first: int, last: int) -> list[Entry]:
         try:
             return await rh.read(first, last)
