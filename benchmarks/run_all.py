@@ -24,8 +24,9 @@ Rows (every bookie fsyncs its journal before it acknowledges, the default):
 6. Redis 7 ``XADD`` (``appendonly yes``, ``appendfsync always``, pipelined, same entry size) in
    the same run: row 1 over Redis's entries/s (target >= 4)
 7. log appends with a producer and sequence against plain ones, alternating in the same run on
-   three fresh bookies, one ``append_async`` per entry and ``append_many``: the worst of the two
-   costs, % (target <= 10); its details hold the producer table's memory for 100,000 producers
+   three fresh bookies, one ``append_async`` per entry and ``append_many``: sequenced over plain
+   entries/s in the worse of the two modes (target >= 0.909, a cost of at most 10%); its details
+   hold each mode's cost in % and the producer table's memory for 100,000 producers
    (``--only log_dedup``)
 
 Each run starts once the disk is quiet (``sync``, then less than 32 MB dirty in the page cache),
@@ -142,7 +143,7 @@ def _rows() -> dict[str, Row]:
         *(Row(*spec) for spec in scale_rows.ROWS),
         Row("log_dedup", "log appends with a producer and sequence vs without, same run, E=3 Qw=3 Qa=2, 100 B "
             "(one add per call and append_many; details: the producer table for 100,000 producers)",
-            "worst cost", "%", 10.0, "<="),
+            "sequenced / plain entries/s, the worse mode", "x", LOG_DEDUP_TARGET, ">="),
     ]
     return {r.key: r for r in rows}
 
@@ -587,6 +588,8 @@ class Plan:
         return not self.only or any(k in self.only for k in keys)
 
 
+#: the log_dedup row's target: sequenced appends cost at most 10% (plain / sequenced <= 1.1)
+LOG_DEDUP_TARGET = round(1 / 1.1, 3)
 #: entries per measured run of the log_dedup row (``--tiny``: the plan's count)
 LOG_DEDUP_ENTRIES = 200_000
 #: adds in flight while the log_dedup row appends one per call
@@ -656,13 +659,14 @@ async def _log_dedup_row(cluster: LocalCluster, plan: Plan, rows: dict[str, Row]
                     rate = await _log_appends(client, f"bench-dedup-{round_}-{key}", entries, batch, sequenced)
                     rates.setdefault(key, []).append(rate)
     best = {k: max(v) for k, v in rates.items()}
-    costs = {}
+    costs, ratios = {}, {}
     for mode in ("one_add_per_call", f"append_many_{plan.batch}"):
         plain, seq = best[f"{mode}_plain"], best[f"{mode}_sequenced"]
         costs[mode] = round((plain / seq - 1) * 100, 1)
+        ratios[mode] = round(seq / plain, 3)
     r.details = {"entries_per_run": entries, "entries_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
-                 "cost_percent": costs, "producer_table": producer_table_memory()}
-    r.settle(max(costs.values()))
+                 "sequenced_over_plain": ratios, "cost_percent": costs, "producer_table": producer_table_memory()}
+    r.settle(min(ratios.values()))
 
 
 def _write_opts(plan: Plan, **kw: Any) -> WriteOptions:

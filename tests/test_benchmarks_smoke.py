@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ALL = ROOT / "benchmarks" / "run_all.py"
 ROW_KEYS = ["write_100b_e3", "write_1kb_e3", "write_100b_e1", "latency_10k", "read_seq_100b", "vs_redis",
-            "catchup_isolation", "recovery", "gc_reclaim"]
+            "catchup_isolation", "recovery", "gc_reclaim", "log_dedup"]
 
 
 def _has_redis() -> bool:
