@@ -9,17 +9,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledgerstore.api.transport import FrameHandler, ServerConnection
-from ledgerstore.bookie.journal import ADD, encode_record
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.proto import codec
 from ledgerstore.sim import VirtualTimeLoop, invariants, run_seed, shrink
-from ledgerstore.sim.disk import JournalDisk, SimJournal
 from ledgerstore.sim.network import SimNetwork, SimTransport
 from ledgerstore.sim.trace import Trace
 from ledgerstore.sim.world import World
@@ -43,34 +40,6 @@ def test_an_hour_of_virtual_timeouts_passes_without_waiting() -> None:
         runner.run(sleeper())
     assert fired[-1] == pytest.approx(3600.0)
     assert time.perf_counter() - t0 < 1.0
-
-
-def test_a_crash_keeps_only_the_journal_records_that_were_synced() -> None:
-    loop = VirtualTimeLoop()
-    disk = JournalDisk()
-    answered: list[list[str]] = []
-
-    async def scenario() -> None:
-        journal: SimJournal[str] = SimJournal(_path(), answered.append, disk=disk, rng=random.Random(1),
-                                              fsync_delay=(0.01, 0.01))
-        journal.start(asyncio.get_running_loop())
-        journal.append(encode_record(ADD, 1, 0, b"synced"), "e0")
-        await asyncio.sleep(0.02)  # the first group is synced and answered
-        journal.append(encode_record(ADD, 1, 1, b"lost"), "e1")  # written, its sync still running
-        journal.crash()
-        disk.crash()
-        replayed: list[tuple[int, bytes]] = []
-        again: SimJournal[str] = SimJournal(_path(), answered.append, disk=disk, rng=random.Random(2))
-        again.replay(lambda rec: replayed.append((rec.entry_id, rec.data)))
-        assert replayed == [(0, b"synced")]
-
-    with asyncio.Runner(loop_factory=lambda: loop) as runner:
-        runner.run(scenario())
-    assert answered == [["e0"]]
-
-
-def _path() -> Path:
-    return Path("/nonexistent/sim-journal")
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_another() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ledgerstore.bookie.files import OsFileSystem, OsJournalFile
 from ledgerstore.bookie.journal import ADD, Journal, encode_record
 from ledgerstore.errors import BookieIOError
 
@@ -19,13 +20,14 @@ def test_a_group_the_writer_could_not_write_is_handed_back_as_failed_and_no_late
         loop = asyncio.get_running_loop()
         durable: list[str] = []
         failed: asyncio.Future[tuple[list[str], BaseException]] = loop.create_future()
+        files = _Opened()
         j: Journal[str] = Journal(tmp_path, durable.extend, on_failed=lambda c, e: failed.set_result((c, e)),
-                                  sync=False)
+                                  sync=False, files=files)
         j.replay(lambda r: None)
         j.start(loop)
         # the journal file turns unwritable under the writer: its next group fails
         read_only = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(read_only, j._fd)
+        os.dup2(read_only, files.opened[-1].fd)
         os.close(read_only)
         j.append(encode_record(ADD, 1, 0, b"x"), "add-0")
         completions, exc = await asyncio.wait_for(failed, 10)
@@ -36,3 +38,14 @@ def test_a_group_the_writer_could_not_write_is_handed_back_as_failed_and_no_late
         await asyncio.to_thread(j.close)
 
     asyncio.run(main())
+
+
+class _Opened(OsFileSystem):
+    """The operating system's files, remembering the journal files it created."""
+
+    def __init__(self) -> None:
+        self.opened: list[OsJournalFile] = []
+
+    def create(self, path: Path, header: bytes, *, direct: bool, buffer_size: int) -> OsJournalFile:
+        self.opened.append(super().create(path, header, direct=direct, buffer_size=buffer_size))
+        return self.opened[-1]

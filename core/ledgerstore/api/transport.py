@@ -20,6 +20,7 @@ not yet finished) is the bookie's setting, not the transport's: it reaches the s
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
@@ -108,6 +109,13 @@ class Server(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop accepting, close every connection. Idempotent."""
+
+    def abort(self) -> None:
+        """Stop accepting and drop every connection at once, as the end of the process would
+        (the bookie's :meth:`~ledgerstore.bookie.server.Bookie.abort`). By default :meth:`close`
+        runs as a task of the running loop; a server that can drop its connections at once
+        says so here."""
+        asyncio.get_running_loop().create_task(self.close())
 
     def stats(self) -> dict[str, int]:
         """Counters such as refused (unauthenticated) peers and bad frames."""

@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import logging
-import mmap
-import os
 import queue
 import re
 import struct
@@ -40,6 +37,7 @@ from typing import Generic, Protocol, TypeVar
 
 import crc32c
 
+from ledgerstore.bookie.files import DIRECT_ALIGN, OS_FILES, Buffer, DirectWriter, FileSystem, JournalFile
 from ledgerstore.errors import BookieIOError
 from ledgerstore.latency import LatencyHistogram
 from ledgerstore.stalls import peaks
@@ -54,13 +52,6 @@ REC_BODY = struct.Struct(">BQQ")
 MARK = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
 MAX_RECORD = 64 * 1024 * 1024
-_IOV_MAX = 1024
-#: the unit of an O_DIRECT write: its file offset, length and buffer address are multiples of it
-#: (4 KiB covers devices of 512-byte and of 4 KiB logical blocks)
-DIRECT_ALIGN = 4096
-_ZEROS = bytes(DIRECT_ALIGN)
-#: what a record's parts may be: a request frame's entry section is a view of the frame
-Buffer = bytes | memoryview
 #: what :meth:`Journal.append` takes: a record's bytes, or its parts in order
 Appended = bytes | tuple[Buffer, ...]
 #: upper bounds of the per-group count histograms (appends per group)
@@ -75,6 +66,9 @@ FLUSH_EMPTY_QUEUE, FLUSH_MAX_WAIT, FLUSH_MAX_BYTES = 0, 1, 2
 ADD, FENCE, MASTER_KEY, ADD_BATCH = 1, 2, 3, 4
 _BATCH_ITEM = struct.Struct(">QI")
 _NAME = re.compile(r"^journal-([0-9a-f]{16})\.log$")
+
+__all__ = ["ADD", "ADD_BATCH", "DIRECT_ALIGN", "FENCE", "MASTER_KEY", "DirectWriter", "Journal", "LogMark", "Record",
+           "ReplayTarget", "encode_record", "journal_files", "read_mark", "record_parts", "scan_file", "write_mark"]
 
 
 def encode_record(rtype: int, ledger_id: int, entry_id: int, data: bytes = b"") -> bytes:
@@ -91,13 +85,39 @@ def record_parts(rtype: int, ledger_id: int, entry_id: int, data: Buffer) -> tup
     return REC_HEADER.pack(len(head) + len(data), crc) + head, data
 
 
-def _take(bufs: list[Buffer], record: Appended) -> int:
-    """Add one appended record (bytes, or parts) to a group's buffers; returns its size."""
-    if isinstance(record, tuple):
-        bufs += record
-        return sum(map(len, record))
-    bufs.append(record)
-    return len(record)
+#: what the journal hands back, per append, once the append is durable (or failed)
+C = TypeVar("C")
+#: one queued append: the record, its completion, its record count, when it was queued and when
+#: its request arrived
+_Item = tuple[Appended, C, int, float, float]
+
+
+class _Group(Generic[C]):
+    """The appends one fsync commits: their buffers, in order, and what answering them needs."""
+
+    __slots__ = ("bufs", "size", "tokens", "records", "queued", "started")
+
+    def __init__(self) -> None:
+        self.bufs: list[Buffer] = []
+        self.size = 0
+        self.tokens: list[C] = []
+        self.records = 0
+        self.queued: list[float] = []
+        self.started: list[float] = []
+
+    def add(self, item: _Item[C]) -> None:
+        """Add one queued append (bytes, or parts written as they are)."""
+        record = item[0]
+        if isinstance(record, tuple):
+            self.bufs += record
+            self.size += sum(map(len, record))
+        else:
+            self.bufs.append(record)
+            self.size += len(record)
+        self.tokens.append(item[1])
+        self.records += item[2]
+        self.queued.append(item[3])
+        self.started.append(item[4])
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -115,171 +135,84 @@ class Record:
     mark: LogMark  # position just after this record
 
 
-def journal_files(directory: Path) -> list[tuple[int, Path]]:
+def journal_files(directory: Path, files: FileSystem = OS_FILES) -> list[tuple[int, Path]]:
     out = []
-    for p in directory.iterdir() if directory.exists() else []:
-        m = _NAME.match(p.name)
+    for name in files.listdir(directory):
+        m = _NAME.match(name)
         if m:
-            out.append((int(m.group(1), 16), p))
+            out.append((int(m.group(1), 16), directory / name))
     return sorted(out)
 
 
-def read_mark(directory: Path) -> LogMark:
+def read_mark(directory: Path, files: FileSystem = OS_FILES) -> LogMark:
     p = directory / "lastMark"
-    if not p.exists():
+    if not files.exists(p):
         return LogMark(0, 0)
-    raw = p.read_bytes()
+    raw = files.read(p)
     if len(raw) != MARK.size + 4 or crc32c.crc32c(raw[: MARK.size]) != _U32.unpack_from(raw, MARK.size)[0]:
         raise BookieIOError(f"{p}: the LastLogMark file is damaged ({len(raw)} bytes, checksum mismatch)")
     return LogMark(*MARK.unpack_from(raw))
 
 
-def write_mark(directory: Path, mark: LogMark) -> None:
+def write_mark(directory: Path, mark: LogMark, files: FileSystem = OS_FILES) -> None:
     body = MARK.pack(mark.file_id, mark.offset)
-    tmp = directory / "lastMark.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(body + _U32.pack(crc32c.crc32c(body)))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, directory / "lastMark")
-    _fsync_dir(directory)
+    files.replace(directory / "lastMark", body + _U32.pack(crc32c.crc32c(body)))
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def scan_file(path: Path, start: int = 0, *, repair: bool = False) -> Iterator[Record]:
+def scan_file(path: Path, start: int = 0, *, repair: bool = False, files: FileSystem = OS_FILES) -> Iterator[Record]:
     """Yield the records of one journal file from ``start`` (0 = after the header).
 
     With ``repair``, a damaged tail is truncated (torn write); without, it raises BookieIOError.
     """
-    with open(path, "r+b" if repair else "rb") as fh:
-        header = fh.read(FILE_HEADER.size)
-        if len(header) < FILE_HEADER.size:
+    header = files.read(path, 0, FILE_HEADER.size)
+    if len(header) < FILE_HEADER.size:
+        if repair:
+            log.warning("%s: journal file shorter than its header (torn at creation); rewriting header", path)
+            return
+        raise BookieIOError(f"{path}: journal file shorter than its {FILE_HEADER.size}-byte header")
+    magic, version, file_id = FILE_HEADER.unpack(header)
+    if magic != MAGIC or version != FORMAT_VERSION:
+        raise BookieIOError(f"{path}: not a journal file of format {FORMAT_VERSION} (magic {magic!r}, version {version})")
+    pos = max(start, FILE_HEADER.size)
+    data = files.read(path, pos)
+    view = memoryview(data)
+    off = 0
+    while off < len(data):
+        problem = None
+        if len(data) - off < REC_HEADER.size:
+            problem = "truncated record header"
+        else:
+            length, crc = REC_HEADER.unpack_from(data, off)
+            end = off + REC_HEADER.size + length
+            if length < REC_BODY.size or length > MAX_RECORD:
+                problem = f"impossible record length {length}"
+            elif end > len(data):
+                problem = "truncated record body"
+            elif crc32c.crc32c(view[off + REC_HEADER.size : end]) != crc:
+                problem = "record checksum mismatch"
+        if problem and _is_padding(view[off:]):
+            return  # the zeros an O_DIRECT journal ends a file with: its clean end
+        if problem:
+            where = pos + off
             if repair:
-                log.warning("%s: journal file shorter than its header (torn at creation); rewriting header", path)
+                log.warning("%s: %s at offset %d: truncating the torn tail (%d bytes)", path, problem, where, len(data) - off)
+                files.truncate(path, where)
                 return
-            raise BookieIOError(f"{path}: journal file shorter than its {FILE_HEADER.size}-byte header")
-        magic, version, file_id = FILE_HEADER.unpack(header)
-        if magic != MAGIC or version != FORMAT_VERSION:
-            raise BookieIOError(f"{path}: not a journal file of format {FORMAT_VERSION} (magic {magic!r}, version {version})")
-        pos = max(start, FILE_HEADER.size)
-        fh.seek(pos)
-        data = fh.read()
-        view = memoryview(data)
-        off = 0
-        while off < len(data):
-            problem = None
-            if len(data) - off < REC_HEADER.size:
-                problem = "truncated record header"
-            else:
-                length, crc = REC_HEADER.unpack_from(data, off)
-                end = off + REC_HEADER.size + length
-                if length < REC_BODY.size or length > MAX_RECORD:
-                    problem = f"impossible record length {length}"
-                elif end > len(data):
-                    problem = "truncated record body"
-                elif crc32c.crc32c(view[off + REC_HEADER.size : end]) != crc:
-                    problem = "record checksum mismatch"
-            if problem and _is_padding(view[off:]):
-                return  # the zeros an O_DIRECT journal ends a file with: its clean end
-            if problem:
-                where = pos + off
-                if repair:
-                    log.warning("%s: %s at offset %d: truncating the torn tail (%d bytes)", path, problem, where, len(data) - off)
-                    fh.truncate(where)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                    return
-                raise BookieIOError(f"{path}: {problem} at offset {where}")
-            body = view[off + REC_HEADER.size : end]
-            rtype, lid, eid = REC_BODY.unpack_from(body)
-            mark = LogMark(file_id, pos + end)
-            if rtype == ADD_BATCH:
-                yield from _split_batch(path, pos + off, lid, eid, body[REC_BODY.size :], mark)
-            else:
-                yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), mark)
-            off = end
+            raise BookieIOError(f"{path}: {problem} at offset {where}")
+        body = view[off + REC_HEADER.size : end]
+        rtype, lid, eid = REC_BODY.unpack_from(body)
+        mark = LogMark(file_id, pos + end)
+        if rtype == ADD_BATCH:
+            yield from _split_batch(path, pos + off, lid, eid, body[REC_BODY.size :], mark)
+        else:
+            yield Record(rtype, lid, eid, bytes(body[REC_BODY.size :]), mark)
+        off = end
 
 
 def _is_padding(rest: memoryview) -> bool:
     """True when ``rest`` (what follows the last whole record) is the zero padding of a file
     written with O_DIRECT: all zeros, and shorter than a block."""
     return 0 < len(rest) < DIRECT_ALIGN and rest.tobytes().count(0) == len(rest)
-
-
-class DirectWriter:
-    """Writes one journal file with ``O_DIRECT``: from an aligned buffer, in whole blocks.
-
-    The buffer starts at the file's last partly written block (``block``) and holds ``fill``
-    bytes of it. A group is copied after them, padded with zeros to the next block and written
-    in one ``pwrite``; the last, partly filled block then moves to the front of the buffer and
-    is written again, whole, with the next group. Rewriting those bytes with the same bytes
-    keeps what an earlier group made durable intact even if this write is torn.
-
-    The page cache is not used: the group goes from the buffer to the device, and the bookie's
-    entry-log writes keep the memory the journal would otherwise fill. The buffer holds a group
-    (``max_group_bytes`` plus two blocks: about 520 KiB by default); a larger group, which one
-    large record makes, grows it until a group fits the usual size again.
-    """
-
-    __slots__ = ("fd", "buf", "block", "fill", "capacity")
-
-    def __init__(self, fd: int, capacity: int = 1 << 20) -> None:
-        self.fd = fd
-        #: the buffer's usual size; a larger group grows it for as long as groups stay large
-        self.capacity = _round_up(max(capacity, 2 * DIRECT_ALIGN), DIRECT_ALIGN)
-        self.buf = mmap.mmap(-1, self.capacity)
-        #: file offset of ``buf[0]`` (a multiple of DIRECT_ALIGN)
-        self.block = 0
-        #: bytes of ``buf`` that hold file data
-        self.fill = 0
-
-    def write(self, bufs: list[Buffer], size: int) -> None:
-        """Write ``bufs`` (``size`` bytes in all) after what the file holds. Raises OSError."""
-        pos = self.fill
-        end = pos + size
-        if end + DIRECT_ALIGN > len(self.buf):
-            self._resize(end + DIRECT_ALIGN)
-        elif len(self.buf) > self.capacity and end + DIRECT_ALIGN <= self.capacity:
-            self._resize(self.capacity)  # a large group has passed: give its memory back
-        buf = self.buf
-        for b in bufs:
-            n = len(b)
-            buf[pos : pos + n] = b
-            pos += n
-        padded = _round_up(end, DIRECT_ALIGN)
-        buf[end:padded] = _ZEROS[: padded - end]
-        done = 0
-        with memoryview(buf) as view:
-            while done < padded:
-                n = os.pwrite(self.fd, view[done:padded], self.block + done)
-                if n <= 0 or n % 512:
-                    raise OSError(errno.EIO, f"journal: a direct write of {padded - done} bytes wrote {n}")
-                done += n
-        whole = end - end % DIRECT_ALIGN
-        if whole:
-            buf[: end - whole] = buf[whole:end]
-            self.block += whole
-        self.fill = end - whole
-
-    def _resize(self, need: int) -> None:
-        other = mmap.mmap(-1, _round_up(need, DIRECT_ALIGN))
-        other[: self.fill] = self.buf[: self.fill]
-        self.buf.close()
-        self.buf = other
-
-    def close(self) -> None:
-        self.buf.close()
-
-
-def _round_up(n: int, unit: int) -> int:
-    return (n + unit - 1) // unit * unit
 
 
 def _split_batch(path: Path, where: int, ledger_id: int, count: int, data: memoryview, mark: LogMark) -> Iterator[Record]:
@@ -300,8 +233,6 @@ def _split_batch(path: Path, where: int, ledger_id: int, count: int, data: memor
 
 
 Callback = Callable[[], None]
-#: what the journal hands back, per append, once the append is durable (or failed)
-C = TypeVar("C")
 
 
 class ReplayTarget(Protocol):
@@ -328,7 +259,7 @@ def _replay_table(target: ReplayTarget) -> dict[int, Callable[[Record], None]]:
 
 
 class Journal(Generic[C]):
-    """Appends records from the event loop; a writer thread commits them in groups.
+    """Appends records from the event loop; a writer thread (or the loop) commits them in groups.
 
     ``append(record, completion)`` queues bytes; once the group holding them is written and
     fsync'd, ``on_durable(completions)`` runs on the event loop with the completions of the whole
@@ -340,6 +271,11 @@ class Journal(Generic[C]):
     The bookie logs through the typed calls (:meth:`log_add`, :meth:`log_add_batch`,
     :meth:`log_fence`, :meth:`log_master_key`) and replays into a :class:`ReplayTarget`
     (:meth:`replay_into`); :meth:`append` and :meth:`replay` are the untyped layer under them.
+
+    Its files go through ``files`` (:class:`~ledgerstore.bookie.files.FileSystem`, the operating
+    system's by default). With ``commit_on_loop`` the groups are committed by a task on the event
+    loop instead of a thread, each fsync taking ``commit_on_loop()`` seconds of the loop's time:
+    the deterministic simulation runs the journal so, on its simulated files.
     """
 
     def __init__(
@@ -355,6 +291,8 @@ class Journal(Generic[C]):
         max_backups: int = 5,
         sync: bool = True,
         direct_io: bool = True,
+        files: FileSystem = OS_FILES,
+        commit_on_loop: Callable[[], float] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.on_durable = on_durable
@@ -368,13 +306,21 @@ class Journal(Generic[C]):
         #: write with O_DIRECT where the file system allows it (see :class:`DirectWriter`);
         #: after a file system refuses it, the journal writes through the page cache
         self.direct_io = direct_io
-        self._direct: DirectWriter | None = None
-        self._queue: queue.SimpleQueue[tuple[Appended, C, int, float, float] | None] = queue.SimpleQueue()
+        self.files = files
+        self._commit_delay = commit_on_loop
+        self._file: JournalFile | None = None
+        self._queue: queue.SimpleQueue[_Item[C] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._fd = -1
+        #: the committer task of a journal committed on the loop, and what wakes it
+        self._committer: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        #: set by :meth:`abort`: the process is gone, nothing more is written or answered
+        self._aborted = False
         self._file_id = 0
+        #: the end of what is synced, and of what is written, in the current file
         self._offset = 0
+        self._end = 0
         self._durable = LogMark(0, 0)
         self._lock = threading.Lock()
         self.failed: BaseException | None = None
@@ -415,16 +361,16 @@ class Journal(Generic[C]):
 
     def replay(self, apply: Callable[[Record], None]) -> int:
         """Apply every record after the LastLogMark; repair a torn tail. Returns records applied."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        mark = read_mark(self.dir)
-        files = journal_files(self.dir)
+        self.files.makedirs(self.dir)
+        mark = read_mark(self.dir, self.files)
+        files = journal_files(self.dir, self.files)
         n = 0
         for i, (fid, path) in enumerate(files):
             if fid < mark.file_id:
                 continue
             start = mark.offset if fid == mark.file_id else 0
             last = i == len(files) - 1
-            for rec in scan_file(path, start, repair=last):
+            for rec in scan_file(path, start, repair=last, files=self.files):
                 apply(rec)
                 n += 1
         self._file_id = files[-1][0] if files else 0
@@ -445,9 +391,13 @@ class Journal(Generic[C]):
     # --- writing -------------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Open a new journal file and start the writer thread (after replay)."""
+        """Open a new journal file and start the writer thread, or the committer task on
+        ``loop`` (after replay)."""
         self._loop = loop
         self._roll()
+        if self._commit_delay is not None:
+            self._committer = loop.create_task(self._commit_on_loop(), name="journal-committer")
+            return
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -460,6 +410,8 @@ class Journal(Generic[C]):
         if self.failed is not None:
             raise BookieIOError(f"journal is failed: {self.failed}")
         self._queue.put((record, completion, records, time.perf_counter(), started))
+        if self._wake is not None and not self._wake.done():  # committed on the loop, which is idle
+            self._wake.set_result(None)
 
     def log_add(self, ledger_id: int, entry_id: int, entry: bytes, completion: C, started: float = 0.0) -> None:
         """Log one added entry; ``completion`` comes back once it is durable."""
@@ -503,53 +455,19 @@ class Journal(Generic[C]):
         self._file_id += 1
         path = self.dir / f"journal-{self._file_id:016x}.log"
         header = FILE_HEADER.pack(MAGIC, FORMAT_VERSION, self._file_id)
-        fd = self._open_direct(path, header) if self.direct_io else -1
-        if fd < 0:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-            os.write(fd, header)
-        os.fsync(fd)
-        _fsync_dir(self.dir)
-        self._fd = fd
-        self._offset = FILE_HEADER.size
+        self._file = self.files.create(path, header, direct=self.direct_io,
+                                       buffer_size=self.max_group_bytes + 2 * DIRECT_ALIGN)
+        # after a file system refuses O_DIRECT, the journal writes through the page cache
+        self.direct_io = self._file.direct
+        self._offset = self._end = FILE_HEADER.size
         with self._lock:
             self._durable = LogMark(self._file_id, self._offset)
         self.creation_seconds.observe(time.perf_counter() - t0)
 
-    def _open_direct(self, path: Path, header: bytes) -> int:
-        """Create ``path`` for O_DIRECT writes and write its header; -1 (and direct_io turned
-        off) when the file system refuses O_DIRECT with EINVAL, as some FUSE file systems and
-        tmpfs before Linux 6.6 do."""
-        direct = getattr(os, "O_DIRECT", 0)
-        if not direct:  # not Linux
-            self.direct_io = False
-            return -1
-        fd = -1
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | direct, 0o644)
-            writer = DirectWriter(fd, self.max_group_bytes + 2 * DIRECT_ALIGN)
-            try:
-                writer.write([header], len(header))
-            except BaseException:
-                writer.close()
-                raise
-        except OSError as exc:
-            if fd >= 0:
-                os.close(fd)
-            if exc.errno != errno.EINVAL:
-                raise
-            log.info("journal %s: the file system refuses O_DIRECT (%s); writing through the page cache", self.dir, exc)
-            self.direct_io = False
-            return -1
-        self._direct = writer
-        return fd
-
     def _close_file(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
-            self._direct = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def _run(self) -> None:
         q = self._queue
@@ -559,16 +477,12 @@ class Journal(Generic[C]):
             item = q.get()
             if item is None:
                 break
-            bufs: list[Buffer] = []
-            size = _take(bufs, item[0])
-            tokens = [item[1]]
-            nrecords = item[2]
-            queued = [item[3]]
-            started = [item[4]]
+            group: _Group[C] = _Group()
+            group.add(item)
             stop = False
             reason = FLUSH_MAX_BYTES
             deadline = time.monotonic() + self.max_group_wait
-            while size < self.max_group_bytes:
+            while group.size < self.max_group_bytes:
                 try:
                     nxt = q.get_nowait()
                 except queue.Empty:
@@ -588,38 +502,77 @@ class Journal(Generic[C]):
                     stop = True
                     reason = FLUSH_EMPTY_QUEUE
                     break
-                size += _take(bufs, nxt[0])
-                tokens.append(nxt[1])
-                nrecords += nxt[2]
-                queued.append(nxt[3])
-                started.append(nxt[4])
+                group.add(nxt)
             taken = time.perf_counter()
             # the oldest append of the group waited longest: the queue's per-second peak
-            peaks.observe("journal_queue", taken - queued[0])
+            peaks.observe("journal_queue", taken - group.queued[0])
             try:
-                self._write_group(bufs, size, nrecords)
+                self._write(group.bufs, group.size)
+                self._sync(group.size, group.records)
             except OSError as exc:
-                self.failed = exc
-                log.error("journal write failed, no further adds are acknowledged: %s", exc)
-                if self.on_failed is not None:
-                    loop.call_soon_threadsafe(self.on_failed, tokens, exc)
+                self._fail(exc, group.tokens, loop.call_soon_threadsafe)
                 break
-            self.flushes[reason] += 1
-            self._observe_group(queued, taken, size)
-            self.answers_posted += len(tokens)
-            loop.call_soon_threadsafe(self._answer, tokens, started)
+            if self._aborted:
+                break  # the process died during the fsync: nobody hears of the group
+            self._count_group(group, reason, taken)
+            loop.call_soon_threadsafe(self._answer, group.tokens, group.started)
             if stop:
                 break
+        if self._aborted:
+            self._close_file()
 
-    def _observe_group(self, queued: list[float], taken: float, size: int) -> None:
-        """Queue and add latencies of a durable group: one observation per append (per request
-        or batch), and its appends and bytes, on the writer thread that alone updates these
-        histograms."""
-        self.group_appends.observe(len(queued))
-        self.group_bytes.observe(size)
+    async def _commit_on_loop(self) -> None:
+        """The writer thread's group commit as a task of the event loop: each group is what
+        was appended while the previous one was being synced (up to ``max_group_bytes``), its
+        fsync takes ``commit_on_loop()`` seconds of the loop's time, and its appends are
+        answered once that sync returned."""
+        assert self._commit_delay is not None and self._loop is not None
+        while True:
+            if self._queue.empty():
+                self._wake = self._loop.create_future()
+                await self._wake
+                self._wake = None
+            group = self._drain(self.max_group_bytes)
+            taken = time.perf_counter()
+            try:
+                self._write(group.bufs, group.size)
+                await asyncio.sleep(self._commit_delay())
+                self._sync(group.size, group.records)
+            except OSError as exc:
+                self._fail(exc, group.tokens, self._loop.call_soon)
+                return
+            if self._aborted:
+                return  # the process died during the fsync: nobody hears of the group
+            self._count_group(group, FLUSH_EMPTY_QUEUE, taken)
+            self._answer(group.tokens, group.started)
+
+    def _drain(self, limit: int) -> _Group[C]:
+        """What is queued, up to ``limit`` bytes (on the loop: nothing else takes from the queue)."""
+        group: _Group[C] = _Group()
+        while group.size < limit and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                group.add(item)
+        return group
+
+    def _fail(self, exc: OSError, tokens: list[C], post: Callable[..., object]) -> None:
+        """The group of ``tokens`` could not be made durable: no later append is taken, and
+        ``on_failed`` hears of the group through ``post`` (unless the process is gone)."""
+        self.failed = exc
+        log.error("journal write failed, no further adds are acknowledged: %s", exc)
+        if self.on_failed is not None and not self._aborted:
+            post(self.on_failed, tokens, exc)
+
+    def _count_group(self, group: _Group[C], reason: int, taken: float) -> None:
+        """Count a durable group: why it was closed, its appends and bytes, and one queue and add
+        latency per append, on the one thread (or task) that updates these figures."""
+        self.flushes[reason] += 1
+        self.answers_posted += len(group.queued)
+        self.group_appends.observe(len(group.queued))
+        self.group_bytes.observe(group.size)
         durable = time.perf_counter()
         q, a = self.queue_seconds.observe, self.add_seconds.observe
-        for t in queued:
+        for t in group.queued:
             q(taken - t)
             a(durable - t)
 
@@ -633,32 +586,33 @@ class Journal(Generic[C]):
             if t:
                 observe(now - t)
 
-    def _write_group(self, bufs: list[Buffer], size: int, nrecords: int) -> None:
-        if self._offset + size > self.max_file_size and self._offset > FILE_HEADER.size:
+    def _write(self, bufs: list[Buffer], size: int) -> None:
+        """Write one group after what the file holds (a new file first if it would grow past
+        ``max_file_size``). Raises OSError."""
+        if self._end + size > self.max_file_size and self._end > FILE_HEADER.size:
             self._roll()
+        assert self._file is not None
         t0 = time.perf_counter()
-        if self._direct is not None:
-            self._direct.write(bufs, size)
-        else:
-            # one system call for the whole group, without joining it first (up to the iovec limit)
-            n = os.writev(self._fd, bufs) if len(bufs) <= _IOV_MAX else 0
-            if n < size:
-                view = memoryview(b"".join(bufs))[n:]
-                while view:
-                    view = view[os.write(self._fd, view):]
+        self._file.write(bufs, size)
+        self._end += size
         self.write_seconds.observe(time.perf_counter() - t0)
+
+    def _sync(self, size: int, nrecords: int) -> None:
+        """Sync the group just written (``size`` bytes, ``nrecords`` records) and move the
+        durable mark past everything written. Raises OSError."""
+        assert self._file is not None
         if self.sync:
             t0 = time.perf_counter()
             self.syncing = 1
             try:
-                os.fdatasync(self._fd)
+                self._file.sync()
             finally:
                 self.syncing = 0
             took = time.perf_counter() - t0
             self.fsync_seconds += took
             self.sync_seconds.observe(took)
             peaks.observe("journal_fsync", took)
-        self._offset += size
+        self._offset = self._end
         self.groups += 1
         self.records += nrecords
         self.bytes_written += size
@@ -668,14 +622,45 @@ class Journal(Generic[C]):
 
     def checkpoint_done(self, mark: LogMark) -> None:
         """Record that the engine holds everything up to ``mark``; drop old journal files."""
-        write_mark(self.dir, mark)
-        old = [p for fid, p in journal_files(self.dir) if fid < mark.file_id]
+        write_mark(self.dir, mark, self.files)
+        old = [p for fid, p in journal_files(self.dir, self.files) if fid < mark.file_id]
         for p in old[: max(0, len(old) - self.max_backups)]:
-            p.unlink(missing_ok=True)
+            self.files.remove(p)
 
     def close(self) -> None:
+        """A clean stop: everything appended is written and synced (answered only by the writer
+        thread, which answers what it wrote before it ends)."""
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+        if self._committer is not None:
+            self._committer.cancel()
+            self._committer = None
+            self._write_rest()
         self._close_file()
+
+    def _write_rest(self) -> None:
+        """On the loop, at a clean stop: write and sync what is queued and what was written
+        and not yet synced, answering nobody."""
+        group = self._drain(1 << 62)
+        if self._file is None or self.failed is not None or self._loop is None:
+            return
+        try:
+            if group.size:
+                self._write(group.bufs, group.size)
+            self._sync(group.size, group.records)
+        except OSError as exc:
+            self._fail(exc, [], self._loop.call_soon)
+
+    def abort(self) -> None:
+        """The process died: nothing more is written, synced or answered. What was written and
+        not synced is the file system's to keep or lose, as after a crash."""
+        self._aborted = True
+        if self._thread is not None:
+            self._queue.put(None)  # the thread ends after the group it holds, answering nobody
+            self._thread = None
+        if self._committer is not None:
+            self._committer.cancel()
+            self._committer = None
+            self._close_file()

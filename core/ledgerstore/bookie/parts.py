@@ -17,7 +17,7 @@ from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledgers import LedgerLookup, Ledgers
 from ledgerstore.bookie.processor import RequestProcessor
 
-#: builds the journal: called with :class:`Journal`'s arguments (the simulator's builds a SimJournal)
+#: builds the journal: called with :class:`Journal`'s arguments (the simulator's gives it simulated files, committed on the loop)
 JournalFactory = Callable[..., Journal[Completion]]
 
 

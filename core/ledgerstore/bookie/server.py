@@ -311,16 +311,21 @@ class Bookie:
         self.ownership.release()
 
     def abort(self) -> None:
-        """Drop the bookie as a crash of its process would: it stops serving, its tasks and
-        metadata look-ups are cancelled and its directory locks let go; nothing is flushed,
-        checkpointed or unregistered. What else a crash loses (the journal's unsynced bytes,
-        the connections, the metadata session) belongs to the journal, transport and store the
-        caller gave it, and the caller drops them (the simulator's disks, network and store)."""
+        """Drop the bookie as a crash of its process would: it stops serving, its server drops
+        every connection, its tasks and metadata look-ups are cancelled, its journal writes,
+        syncs and answers nothing more, and its directory locks are let go; nothing is flushed,
+        checkpointed or unregistered. What the process had written and not synced belongs to
+        the file system, and the metadata session to the store: the caller gave them (the
+        simulator's disks and store) and decides what a crash does to them."""
         self.state.serving = False
         lookups = self.parts.lookup.tasks() if self.parts is not None else []
         for t in [*self._tasks, *lookups]:
             t.cancel()
         self.processor.reads.close()
+        if self.journal is not None:
+            self.journal.abort()
+        if self._server is not None:
+            self._server.abort()
         self.ownership.release()
 
     async def wait_stopped(self) -> None:

@@ -33,7 +33,6 @@ from ledgerstore.meta import layout
 from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.recovery.markers import MARKERS, Marker
 from ledgerstore.recovery.service import RecoveryService
-from ledgerstore.sim.disk import EngineDisk, JournalDisk
 from ledgerstore.sim.logs import RunView
 from ledgerstore.sim.metadata import _Watch
 from ledgerstore.sim.world import SimBookie
@@ -130,8 +129,7 @@ class AutoRecovery:
                     if first <= eid <= last and index in md.write_set(eid):
                         self.lost[(md.ledger_id, eid, index, first)] = node.bookie_id
         node.crash()
-        node.journal_disk = JournalDisk()
-        node.engine_disk = EngineDisk()
+        node.wipe_disks()
         shutil.rmtree(self.world.tmp / node.name, ignore_errors=True)
         self.world.meta.data.pop(f"{layout.COOKIES}/{node.bookie_id}", None)  # bookieformat -deleteCookie
         self.wiped = node.bookie_id

@@ -340,6 +340,9 @@ class SimServer(Server):
     async def close(self) -> None:
         self.crash()
 
+    def abort(self) -> None:
+        self.crash()
+
     def crash(self) -> None:
         """Stop listening and break every connection (the process is gone)."""
         if self.network.servers.get(self._address) is self:

@@ -15,13 +15,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.server import Bookie
 from ledgerstore.client.client import Client
 from ledgerstore.config import BookieConfig, ClientConfig
-from ledgerstore.sim.disk import EngineDisk, JournalDisk, SimJournal, SimStorageEngine
+from ledgerstore.sim.disk import EngineDisk, SimStorageEngine
+from ledgerstore.sim.files import SimFileSystem
 from ledgerstore.sim.loop import VirtualTimeLoop
 from ledgerstore.sim.metadata import SimMetadata, SimMetadataStore
-from ledgerstore.sim.network import SimNetwork, SimServer, SimTransport
+from ledgerstore.sim.network import SimNetwork, SimTransport
 from ledgerstore.sim.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -41,7 +43,8 @@ class SimBookie:
             ledger_dirs=[str(root / "ledgers")], storage="sim", auto_init_cluster=True,
             flush_interval_ms=world.rng_for(f"{self.name}.flush").randint(1000, 10_000),
             gc_wait_time_ms=0, metadata_start_retry_s=0.0)
-        self.journal_disk = JournalDisk()
+        #: the machine's files (the journal's), which outlive its processes
+        self.files = SimFileSystem(world.rng_for(f"{self.name}.files"))
         self.engine_disk = EngineDisk()
         self.bookie: Bookie | None = None
         self.store: SimMetadataStore | None = None
@@ -67,8 +70,11 @@ class SimBookie:
         self._incarnation += 1
         w = self.world
         self.store = SimMetadataStore(w.meta, self.name)
-        journal = functools.partial(SimJournal, disk=self.journal_disk,
-                                    rng=w.rng_for(f"{self.name}.journal.{self._incarnation}"))
+        # the production journal on the simulated files, its group commit on the loop, each fsync
+        # taking a random virtual time (answers go out only after it, as on a real bookie)
+        fsync = w.rng_for(f"{self.name}.journal.{self._incarnation}")
+        journal = functools.partial(Journal, files=self.files,
+                                    commit_on_loop=functools.partial(fsync.uniform, 0.0005, 0.004))
         bookie = Bookie(self.config, metadata_store=self.store, transport=SimTransport(w.net, self.name),
                         engine=SimStorageEngine([Path(d) for d in self.config.ledger_dirs], disk=self.engine_disk),
                         journal_factory=journal)
@@ -76,22 +82,25 @@ class SimBookie:
         self.bookie = bookie
         w.trace("bookie.start", f"{self.name} #{self._incarnation}")
 
-    def crash(self) -> None:
-        """Kill the process: no clean stop, un-synced journal bytes and unflushed engine state
-        are lost, connections break, the metadata session ends."""
+    def crash(self, *, tear: bool = False) -> None:
+        """Kill the process (the bookie's :meth:`~Bookie.abort`): no clean stop, connections
+        break, the metadata session ends; on the disks, journal bytes not synced are lost (with
+        ``tear``, a random prefix of the last write stays: a torn write) and so is the engine's
+        unflushed state."""
         b = self.bookie
         if b is None:
             return
         self.bookie = None
         b.abort()
-        if isinstance(b.journal, SimJournal):
-            b.journal.crash()
-        if isinstance(b.server, SimServer):
-            b.server.crash()
         if self.store is not None:
             self.store.crash()
-        lost = self.journal_disk.crash()
-        self.world.trace("bookie.crash", f"{self.name} lost {lost} journal bytes")
+        lost = self.files.crash(tear=tear)
+        self.world.trace("bookie.crash", f"{self.name} lost {lost} journal bytes" + (" (torn)" if tear else ""))
+
+    def wipe_disks(self) -> None:
+        """New, empty disks (the bookie is down): as after ``bookieformat``."""
+        self.files = SimFileSystem(self.world.rng_for(f"{self.name}.files.{self._incarnation}"))
+        self.engine_disk = EngineDisk()
 
     def engine(self) -> SimStorageEngine | None:
         """The running process's storage engine (what it serves reads from)."""
