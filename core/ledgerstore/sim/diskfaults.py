@@ -1,5 +1,15 @@
 """Disk faults in the simulation: a bookie's ledger disk fails writes (EIO, or ENOSPC which the
-bookie takes for a full disk) or returns entries with a flipped bit, for a few seconds at a time.
+bookie takes for a full disk) or returns entries with a flipped bit, for a few seconds at a time;
+and faults aimed at a step of the journal's protocol, on the bookie's simulated files
+(:class:`~ledgerstore.sim.files.SimFileSystem`), each ending in a crash and a restart:
+
+- ``crash-before-fsync``: the bookie crashes as its journal calls fsync on a group it wrote;
+- ``torn-write``: the same, and a random prefix of that group stays on disk (a torn last block);
+- ``journal-eio``, ``journal-enospc``: the journal's next write fails; the journal stops taking
+  adds and the operator restarts the bookie;
+- ``fsync-fail``: the journal's next fsync fails, the same way;
+- ``crash-in-checkpoint``: the bookie crashes inside its next checkpoint, after the storage
+  engine flushed and before the journal's LastLogMark moved.
 
 The faults live on the bookie's :class:`~ledgerstore.sim.disk.EngineDisk` (see
 :class:`~ledgerstore.sim.disk.DiskFaults`) and hit the process running when they were drawn: a
@@ -13,13 +23,32 @@ payload, and :attr:`DiskFaultSchedule.stats` counts the flipped reads served.
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Callable
+from pathlib import Path
 
+from ledgerstore.errors import LedgerStoreError
 from ledgerstore.sim.disk import DiskFaults
 from ledgerstore.sim.logs import RunView
 from ledgerstore.sim.world import SimBookie
 
 #: the kinds of disk fault, drawn with these weights
-KINDS = ("eio", "enospc", "flip", "flip")
+#: journal fault -> the file operation it is aimed at, and what happens there: "crash" (the
+#: bookie crashes as the operation starts, before it took effect), "tear" (the same, keeping a
+#: random prefix of the journal's last write) or the errno the operation fails with
+JOURNAL_FAULTS: dict[str, tuple[str, str | int]] = {
+    "crash-before-fsync": ("sync", "crash"),
+    "torn-write": ("sync", "tear"),
+    "journal-eio": ("write", errno.EIO),
+    "journal-enospc": ("write", errno.ENOSPC),
+    "fsync-fail": ("sync", errno.EIO),
+    "crash-in-checkpoint": ("replace", "crash"),  # the LastLogMark, after the engine's flush
+}
+KINDS = ("eio", "enospc", "flip", "flip", *JOURNAL_FAULTS)
+#: at most this many bookies down at once (as the schedule's crashes)
+MAX_DOWN = 2
+#: seconds a bookie whose journal failed runs on, refusing adds, before it is stopped
+FAILED_FOR = 1.0
 
 
 class DiskFaultSchedule:
@@ -55,6 +84,13 @@ class DiskFaultSchedule:
             engine = node.engine()
             if engine is None:
                 continue  # the bookie is down: its disk is not in use
+            if kind in JOURNAL_FAULTS:
+                if sum(not b.running for b in self.world.bookies) < MAX_DOWN:
+                    self.stats["disk_faults"] += 1
+                    self.world.trace("disk.fault", f"{node.name} {kind}, back {hold:.3f}s after")
+                    aim_journal_fault(node, kind, self._restart_after(node, hold))
+                    self.loop.call_later(hold, node.files.disarm)  # unless the journal got there first
+                continue
             faults = DiskFaults(write_error=0.0 if kind == "flip" else p, full=kind == "enospc",
                                 flip=p if kind == "flip" else 0.0, rng=self.world.rng_for(f"{node.name}.disk.{n}"),
                                 engine=engine)
@@ -62,6 +98,21 @@ class DiskFaultSchedule:
             self.stats["disk_faults"] += 1
             self.world.trace("disk.fault", f"{node.name} {kind} p={p:g} for {hold:.3f}s")
             self.loop.call_later(hold, self._clear, node, faults)
+
+    def _restart_after(self, node: SimBookie, hold: float) -> Callable[[], None]:
+        """What to do once the fault crashed ``node`` (or failed its journal): restart it after
+        ``hold`` seconds, as an operator would."""
+        def crashed() -> None:
+            self.loop.call_later(hold, lambda: self.loop.create_task(self._restart(node)))
+        return crashed
+
+    async def _restart(self, node: SimBookie) -> None:
+        if self.run.healed:
+            return  # the heal restarts every bookie
+        try:
+            await node.start()
+        except LedgerStoreError as exc:
+            self.run.violation(f"{node.name} did not restart: {exc}")
 
     def _clear(self, node: SimBookie, faults: DiskFaults) -> None:
         if node.engine_disk.faults is faults:
@@ -71,3 +122,30 @@ class DiskFaultSchedule:
     def flipped(self) -> int:
         """Reads answered with a flipped bit by the bookies running now."""
         return sum(e.flipped for b in self.world.bookies if (e := b.engine()) is not None)
+
+
+def aim_journal_fault(node: SimBookie, kind: str, then: Callable[[], None] = lambda: None) -> None:
+    """Aim a fault of ``kind`` (a key of :data:`JOURNAL_FAULTS`) at the next step of ``node``'s
+    journal it concerns; ``then()`` runs once the bookie crashed, or once its journal failed
+    and the bookie was stopped for a restart. A directed scenario calls this as the schedule does."""
+    op, what = JOURNAL_FAULTS[kind]
+
+    def hit(path: Path) -> None:
+        node.world.trace("disk.journal", f"{node.name} {kind}: {op} of {path.name}")
+        if isinstance(what, int):  # the journal fails, the bookie refuses adds, a second later it stops
+            node.world.loop.call_later(FAILED_FOR, _stop, node, then)
+        elif node.running:
+            node.crash(tear=what == "tear")
+            then()
+
+    if isinstance(what, int):
+        node.files.fail_next(op, what)
+    node.files.on_next(op, hit)
+
+
+def _stop(node: SimBookie, then: Callable[[], None]) -> None:
+    """The journal failed: the bookie refuses adds until restarted (it crashes here, which loses
+    nothing the journal had made durable)."""
+    if node.running:
+        node.crash()
+        then()

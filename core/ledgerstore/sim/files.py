@@ -28,6 +28,10 @@ from ledgerstore.bookie.files import Buffer
 OPS = ("write", "sync", "create", "truncate", "remove", "replace")
 
 
+class ProcessCrashed(OSError):
+    """The operation's process crashed as it started it (a hook crashed it): nothing happened."""
+
+
 @dataclasses.dataclass
 class SimFile:
     """One file: its bytes and how many of them are synced."""
@@ -47,9 +51,9 @@ class SimJournalFile:
         self.generation = fs.generation
 
     def _alive(self, op: str) -> SimFile | None:
-        self.fs.before(op, self.path)  # its hook may crash the process: then nothing happens
         if self.generation != self.fs.generation:
             return None  # the process that opened it is gone
+        self.fs.before(op, self.path)
         return self.fs.files.get(str(self.path))
 
     def write(self, bufs: list[Buffer], size: int) -> None:
@@ -81,7 +85,7 @@ class SimFileSystem:
         #: op -> errno the next such operation fails with (one shot each)
         self.faults: dict[str, int] = {}
         #: op -> action called with the path as the next such operation starts (one shot each)
-        self.hooks: dict[str, Callable[[Path], None]] = {}
+        self.hooks: dict[str, Callable[[Path], object]] = {}
         #: operations that failed because they were told to
         self.failed = 0
 
@@ -91,15 +95,24 @@ class SimFileSystem:
         """Fail the next ``op`` (one of :data:`OPS`) with ``code`` (EIO, ENOSPC)."""
         self.faults[op] = code
 
-    def on_next(self, op: str, action: Callable[[Path], None]) -> None:
+    def on_next(self, op: str, action: Callable[[Path], object]) -> None:
         """Call ``action(path)`` as the next ``op`` starts (before it takes effect)."""
         self.hooks[op] = action
 
+    def disarm(self) -> None:
+        """Forget the faults and hooks not yet met."""
+        self.faults.clear()
+        self.hooks.clear()
+
     def before(self, op: str, path: Path) -> None:
-        """Run the hook and the fault aimed at ``op`` (called by every operation)."""
+        """Run the hook and the fault aimed at ``op`` (called by every operation). Raises
+        :class:`ProcessCrashed` when the hook crashed the process, OSError for a fault."""
         hook = self.hooks.pop(op, None)
         if hook is not None:
+            generation = self.generation
             hook(path)
+            if self.generation != generation:
+                raise ProcessCrashed(errno.EIO, f"the process crashed as it started a {op}", str(path))
         code = self.faults.pop(op, None)
         if code is not None:
             self.failed += 1
