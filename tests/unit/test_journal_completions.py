@@ -49,3 +49,32 @@ class _Opened(OsFileSystem):
     def create(self, path: Path, header: bytes, *, direct: bool, buffer_size: int) -> OsJournalFile:
         self.opened.append(super().create(path, header, direct=direct, buffer_size=buffer_size))
         return self.opened[-1]
+
+
+def test_an_aborted_journal_writes_and_answers_nothing_more(tmp_path: Path) -> None:
+    """The process died (``Bookie.abort()``): the writer thread ends, what is appended after is
+    neither written nor answered, and what was durable before replays."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        durable: list[str] = []
+        first: asyncio.Future[None] = loop.create_future()
+
+        def answered(tokens: list[str]) -> None:
+            durable.extend(tokens)
+            if not first.done():
+                first.set_result(None)
+
+        j: Journal[str] = Journal(tmp_path, answered)
+        j.replay(lambda r: None)
+        j.start(loop)
+        j.log_add(1, 0, b"durable", "add-0")
+        await asyncio.wait_for(first, 10)
+        j.abort()
+        j.log_add(1, 1, b"after", "add-1")
+        await asyncio.sleep(0.2)
+        assert durable == ["add-0"]
+
+    asyncio.run(main())
+    replayed: list[int] = []
+    Journal(tmp_path, lambda t: None).replay(lambda r: replayed.append(r.entry_id))
+    assert replayed == [0]
