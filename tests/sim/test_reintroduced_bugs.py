@@ -8,9 +8,12 @@ bug (docs/simulation.md), so a schedule change that stops reaching the interleav
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from ledgerstore.bookie import journal
 from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
 from ledgerstore.client.log import writer as log_writer
@@ -21,6 +24,8 @@ from ledgerstore.sim import run_seed
 
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
+#: the seeds each journal bug put back is run for: its seeds-to-find (docs/simulation.md)
+JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 10, "replay-drops-last": 4}
 
 
 def _violations(seeds: int) -> dict[int, list[str]]:
@@ -122,3 +127,53 @@ def test_the_simulation_catches_a_new_leader_that_does_not_rebuild_the_producer_
     monkeypatch.setattr(log_writer, "rebuild_table", empty_table)
     found = _violations(2)
     assert any("(a duplicate was written)" in v for vs in found.values() for v in vs), found
+
+
+async def _answer_before_the_fsync(self: journal.Journal[Any]) -> None:
+    """Put back in the journal's group commit (``Journal._commit_on_loop``): a group is answered
+    as soon as it is written, before its fsync returns."""
+    assert self._commit_delay is not None
+    while True:
+        if self._queue.empty():
+            self._wake = asyncio.get_running_loop().create_future()
+            await self._wake
+            self._wake = None
+        group = self._drain(self.max_group_bytes)
+        self._write(group.bufs, group.size)
+        self._answer(group.tokens, group.started)  # the bug: acknowledged before it is durable
+        await asyncio.sleep(self._commit_delay())
+        self._sync(group.size, group.records)
+
+
+def _first_failing(seeds: int) -> tuple[int, list[str]]:
+    """The first seed of 0..seeds-1 that breaks an invariant, and what it broke."""
+    for seed in range(seeds):
+        out = run_seed(seed, duration=DURATION)
+        if not out.ok:
+            return seed, out.violations
+    return -1, []
+
+
+def test_the_simulation_catches_a_journal_that_acknowledges_before_the_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookie crashing between a journal write and its fsync loses entries it acknowledged:
+    one acknowledged entry is then on fewer than Qa bookies of its write set."""
+    monkeypatch.setattr(journal.Journal, "_commit_on_loop", _answer_before_the_fsync)
+    seed, violations = _first_failing(JOURNAL_BUGS_SEEDS["ack-before-fsync"])
+    assert any("of its write set" in v for v in violations), (seed, violations)
+
+
+def test_the_simulation_catches_a_journal_replay_that_drops_the_last_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put back in ``Journal.replay``: the last record after the LastLogMark is not applied, so
+    a restarted bookie forgets the last entry it acknowledged before its crash."""
+    replay = journal.Journal.replay
+
+    def drop_the_last(self: journal.Journal[Any], apply: Callable[[journal.Record], None]) -> int:
+        held: list[journal.Record] = []
+        n = replay(self, held.append)
+        for rec in held[:-1]:
+            apply(rec)
+        return max(0, n - 1)
+
+    monkeypatch.setattr(journal.Journal, "replay", drop_the_last)
+    seed, violations = _first_failing(JOURNAL_BUGS_SEEDS["replay-drops-last"])
+    assert any("of its write set" in v for v in violations), (seed, violations)
