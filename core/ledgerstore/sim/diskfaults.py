@@ -85,11 +85,15 @@ class DiskFaultSchedule:
             if engine is None:
                 continue  # the bookie is down: its disk is not in use
             if kind in JOURNAL_FAULTS:
-                if sum(not b.running for b in self.world.bookies) < MAX_DOWN:
+                # armed until a step of the journal meets it, or the spell ends: early enough that
+                # a failed journal's bookie is stopped before the heal, which restarts it
+                armed = min(hold, self.run.duration - self.loop.time() - 2 * FAILED_FOR)
+                if "journal" in self.run.kinds and armed > 0 and \
+                        sum(not b.running for b in self.world.bookies) < MAX_DOWN:
                     self.stats["disk_faults"] += 1
-                    self.world.trace("disk.fault", f"{node.name} {kind}, back {hold:.3f}s after")
+                    self.world.trace("disk.fault", f"{node.name} {kind} for {armed:.3f}s, back {hold:.3f}s after")
                     aim_journal_fault(node, kind, self._restart_after(node, hold))
-                    self.loop.call_later(hold, node.files.disarm)  # unless the journal got there first
+                    self.loop.call_later(armed, node.files.disarm)
                 continue
             faults = DiskFaults(write_error=0.0 if kind == "flip" else p, full=kind == "enospc",
                                 flip=p if kind == "flip" else 0.0, rng=self.world.rng_for(f"{node.name}.disk.{n}"),
@@ -107,8 +111,6 @@ class DiskFaultSchedule:
         return crashed
 
     async def _restart(self, node: SimBookie) -> None:
-        if self.run.healed:
-            return  # the heal restarts every bookie
         try:
             await node.start()
         except LedgerStoreError as exc:

@@ -19,9 +19,11 @@ from ledgerstore.sim.world import World
 
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
-               "slow-bookie", "hold-link", "stop-at-add", "read-only")
-#: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``), not by :func:`draw_faults`
-OWN_SCHEDULE = frozenset({"read-only"})
+               "slow-bookie", "hold-link", "stop-at-add", "read-only",
+               "journal")
+#: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``, ``ledgerstore.sim.diskfaults``
+#: for the faults aimed at the journal's steps), not by :func:`draw_faults`
+OWN_SCHEDULE = frozenset({"read-only", "journal"})
 #: the frames a writer's adds travel in (what a stop-at-add fault waits for)
 ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
 #: a held link or a stop timed at an add lasts less than the writer's add timeout (10 s): the
