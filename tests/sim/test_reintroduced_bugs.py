@@ -25,7 +25,7 @@ from ledgerstore.sim import run_seed
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
 #: the seeds each journal bug put back is run for: its seeds-to-find (docs/simulation.md)
-JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 13, "replay-drops-last": 4}
+JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 13, "replay-drops-last": 7}
 
 
 def _violations(seeds: int) -> dict[int, list[str]]:
