@@ -41,8 +41,11 @@ from ledgerstore.meta.logs import LogMetadata, Position, validate_log_name
 
 log = logging.getLogger(__name__)
 
-#: how many times ``open_log`` starts over after losing a compare-and-set to another writer
-OPEN_ATTEMPTS = 5
+#: how many times ``open_log`` starts over after losing a compare-and-set to another writer. Each
+#: attempt fences the ledgers it found open, so an old leader that keeps writing can win another
+#: round only by filling and rolling a whole ledger within one attempt: a fast writer with a small
+#: roll size on a loaded host did that five times in a row, hence the margin
+OPEN_ATTEMPTS = 20
 #: after a failed attempt to create the next ledger, wait this long before trying to roll again
 _ROLL_RETRY_S = 1.0
 #: waits between attempts to close a ledger the writer rolled away from (or is closing): about 6 s
