@@ -51,8 +51,9 @@ class RemoteSession:
 
     ``fire`` is called with :class:`SessionEvent` values; ``request_timeout`` bounds the wait
     for one answer (a server that stopped answering is reported, not waited for forever). A ping
-    unanswered within two thirds of the TTL drops the connection and reconnects, as a ZooKeeper
-    client does: a server host that went silent (no reset) is noticed before the session expires.
+    unanswered while the server says nothing at all for two thirds of the TTL drops the connection
+    and reconnects, as a ZooKeeper client does: a server host that went silent (no reset) is
+    noticed before the session expires, while a busy one that answers other requests is not.
     """
 
     def __init__(
@@ -80,6 +81,8 @@ class RemoteSession:
         self._renew_lock = asyncio.Lock()
         self._lost_announced = False
         self._closed = False
+        #: loop time of the last frame from the server (an answer or a notification)
+        self._last_heard = 0.0
 
     def __repr__(self) -> str:
         return f"RemoteSession({self.address!r}, session={self.session})"
@@ -204,10 +207,13 @@ class RemoteSession:
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         why = "the server closed the connection"
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 length = protocol.frame_length(await reader.readexactly(4))
-                self._dispatch(protocol.decode_body(await reader.readexactly(length)))
+                body = await reader.readexactly(length)
+                self._last_heard = loop.time()
+                self._dispatch(protocol.decode_body(body))
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             why = why if isinstance(exc, asyncio.IncompleteReadError) else str(exc)
         except protocol.FrameError as exc:
@@ -291,12 +297,11 @@ class RemoteSession:
             sid = self.session
             writer = self._writer
             try:
-                async with asyncio.timeout(self.ttl * 2 / 3):
-                    await self._request("ping", {})
+                await self._ping()
             except TimeoutError:
                 if writer is not None and writer is self._writer:
-                    log.warning("the sqlite metadata server at %s did not answer a ping within %.1fs; "
-                                "dropping the connection to reconnect", self.address, self.ttl * 2 / 3)
+                    log.warning("the sqlite metadata server at %s did not answer a ping and said nothing for "
+                                "%.1fs; dropping the connection to reconnect", self.address, self.ttl * 2 / 3)
                     writer.transport.abort()  # the read loop fails what is pending and reconnects
             except SessionExpiredError:
                 try:
@@ -305,6 +310,25 @@ class RemoteSession:
                     log.debug("replacing the expired session failed: %s", exc)  # the next ping retries
             except MetadataError as exc:
                 log.debug("ping failed: %s", exc)  # the read loop reconnects
+
+    async def _ping(self) -> None:
+        """Ping the server; :class:`TimeoutError` once it has sent nothing at all (no answer to
+        any request, no notification) for two thirds of the TTL since the ping went out."""
+        loop = asyncio.get_running_loop()
+        limit = self.ttl * 2 / 3
+        sent = loop.time()
+        ping = loop.create_task(self._request("ping", {}))
+        try:
+            while True:
+                left = max(sent, self._last_heard) + limit - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({ping}, timeout=left)
+                if done:
+                    ping.result()
+                    return
+        finally:
+            ping.cancel()
 
     def _announce(self, event: SessionEvent) -> None:
         self._lost_announced = event is SessionEvent.LOST

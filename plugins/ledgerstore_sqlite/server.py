@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
@@ -31,6 +32,7 @@ from ledgerstore.errors import ConfigError, LedgerStoreError, SessionExpiredErro
 from ledgerstore_sqlite import auth, protocol
 from ledgerstore_sqlite.discovery import format_address, is_wildcard, lock_path, socket_path_for, take_lock
 from ledgerstore_sqlite.endpoint import AUTH_FRAME_LIMIT
+from ledgerstore_sqlite.leases import SessionLeases
 from ledgerstore_sqlite.store import SqliteMetadataStore, engine_store
 
 __all__ = ["MetadataServer", "serve"]
@@ -44,6 +46,9 @@ _MAX_BUFFERED = 32 * 1024 * 1024
 AUTH_TIMEOUT_S = 5.0
 #: default TCP connections kept while they authenticate; each holds at most a 4 KiB frame
 MAX_UNAUTHENTICATED = 64
+#: requests of one connection read ahead of the one being answered; past this the server stops
+#: reading from it until it catches up (its session lives on: every answer renews it)
+_MAX_QUEUED = 4096
 
 
 class MetadataServer:
@@ -86,6 +91,7 @@ class MetadataServer:
         self.engine = engine_store(
             self.db_path, reap_interval=reap_interval, synchronous=synchronous, busy_timeout=busy_timeout
         )
+        self.engine.leases = SessionLeases()
         self._lock_fd: int | None = None
         self._server: asyncio.Server | None = None
         self._conns: set[_Connection] = set()
@@ -146,7 +152,7 @@ class MetadataServer:
             self._lock_fd = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(self.engine, reader, writer)
+        conn = _Connection(self.engine, self.engine.leases, reader, writer)
         self._conns.add(conn)
         try:
             await conn.run()
@@ -198,10 +204,19 @@ def _peer(writer: asyncio.StreamWriter) -> str:
 
 
 class _Connection:
-    """One client connection: reads frames, answers them in order, pushes notifications."""
+    """One client connection: reads frames as they come, answers them in order, pushes
+    notifications.
 
-    def __init__(self, engine: SqliteMetadataStore, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    Reading runs ahead of answering (up to ``_MAX_QUEUED`` requests), so the server hears a
+    client while the writer thread works through its queued writes: every frame it reads and every
+    answer it sends renew the client's session lease, and pings are answered at once from the lease,
+    never queued behind writes.
+    """
+
+    def __init__(self, engine: SqliteMetadataStore, leases: SessionLeases | None,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.engine = engine
+        self.leases = leases or SessionLeases()
         self.reader = reader
         self.writer = writer
         self.session: int | None = None
@@ -219,32 +234,80 @@ class _Connection:
             log.warning("a metadata client stopped reading (over %d bytes queued); closing it", _MAX_BUFFERED)
             self.abort()
 
+    def heard(self) -> None:
+        """The client was heard from, or the server answered it: its session lives on."""
+        if self.session is not None:
+            self.leases.touch(self.session, self.ttl)
+
     async def run(self) -> None:
+        queue: asyncio.Queue[_Queued] = asyncio.Queue(_MAX_QUEUED)
+        reading = asyncio.get_running_loop().create_task(self._read(queue))
+        try:
+            await self._answer(queue)
+        except ConnectionError:
+            pass  # the client went away; its session lives on until its TTL
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            for sub in self.watches.values():
+                sub.cancel()
+            self.watches.clear()
+            self.writer.close()
+
+    async def _read(self, queue: asyncio.Queue[_Queued]) -> None:
+        """Read frames into ``queue`` until the client hangs up (then ``None``) or sends a length
+        the stream cannot be resynchronised past (then that error, and the connection ends)."""
         try:
             while True:
                 header = await self.reader.readexactly(4)
                 try:
                     length = protocol.frame_length(header)
                 except protocol.FrameError as exc:
-                    # The stream cannot be resynchronised past a bad length: answer and hang up.
-                    self.send({"id": None, "error": "protocol", "message": str(exc)})
-                    break
+                    await queue.put(_Queued(None, str(exc), fatal=True))
+                    return
                 payload = await self.reader.readexactly(length)
+                self.heard()
                 try:
                     message = protocol.decode_body(payload)
                 except protocol.FrameError as exc:
-                    self.send({"id": None, "error": "protocol", "message": str(exc)})
+                    await queue.put(_Queued(None, str(exc)))
                     continue
-                if not await self.handle(message):
-                    break
-                await self.writer.drain()
+                if message.get("op") == "ping" and self.session is not None:
+                    self.ping(message.get("id"))
+                    continue
+                await queue.put(_Queued(message))
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away; its session lives on until its TTL
-        finally:
-            for sub in self.watches.values():
-                sub.cancel()
-            self.watches.clear()
-            self.writer.close()
+            await queue.put(_Queued(None))
+
+    async def _answer(self, queue: asyncio.Queue[_Queued]) -> None:
+        """Answer what :meth:`_read` queued, in order, until the connection ends."""
+        while True:
+            item = await queue.get()
+            if item.error is not None:
+                self.send({"id": None, "error": "protocol", "message": item.error})
+                if item.fatal:
+                    return
+                continue
+            if item.message is None or not await self.handle(item.message):
+                return
+            self.heard()
+            await self.writer.drain()
+
+    def ping(self, rid: object) -> None:
+        """Answer a ping from the session's lease, without the writer thread."""
+        try:
+            self.renew()
+        except SessionExpiredError as exc:
+            self.send({"id": rid, "error": protocol.error_code(exc), "message": str(exc)})
+            return
+        self.send({"id": rid, "result": None})
+
+    def renew(self) -> None:
+        """Renew the session's lease; :class:`SessionExpiredError` if it lapsed."""
+        assert self.session is not None
+        if not self.leases.touch(self.session, self.ttl):
+            raise SessionExpiredError(f"session {self.session} expired (no ping within its {self.ttl}s TTL)")
 
     async def handle(self, message: dict[str, Any]) -> bool:
         """Answer one request; False ends the connection."""
@@ -275,16 +338,19 @@ class _Connection:
         if not self.ttl > 0:
             raise protocol.FrameError(f"session ttl must be > 0, not {self.ttl}")
         wanted = m.get("session")
-        if wanted is not None and await self.engine.renew_session(int(wanted), self.ttl):
+        if wanted is not None and (self.leases.touch(int(wanted), self.ttl)
+                                   or await self.engine.renew_session(int(wanted), self.ttl)):
+            # resumed from its lease, or from the table after a server restart
             self.session = int(wanted)
+            self.leases.start(self.session, self.ttl)
             return {"session": self.session, "resumed": True}
         self.session = await self.engine.open_session(self.ttl)
+        self.leases.start(self.session, self.ttl)
         return {"session": self.session, "resumed": False}
 
     async def op_ping(self, m: dict[str, Any]) -> None:
-        assert self.session is not None
-        if not await self.engine.renew_session(self.session, self.ttl):
-            raise SessionExpiredError(f"session {self.session} expired (no ping within its {self.ttl}s TTL)")
+        """A ping read before the session was open (queued behind its hello)."""
+        self.renew()
 
     async def op_get(self, m: dict[str, Any]) -> dict[str, Any] | None:
         got = await self.engine.get(m["key"])
@@ -294,6 +360,7 @@ class _Connection:
         return await self.engine.put(m["key"], protocol.decode_value(m["value"]), m.get("expected"))
 
     async def op_put_ephemeral(self, m: dict[str, Any]) -> int:
+        self.renew()
         assert self.session is not None
         return await self.engine.put_ephemeral_for(
             self.session, self.ttl, m["key"], protocol.decode_value(m["value"])
@@ -333,7 +400,18 @@ class _Connection:
     async def op_close(self, m: dict[str, Any]) -> None:
         session, self.session = self.session, None
         if session is not None:
+            self.leases.end(session)
             await self.engine.end_session(session)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Queued:
+    """What a connection read: a request, a frame it could not read (``error``; ``fatal``: the
+    connection ends after answering it), or neither (the client hung up)."""
+
+    message: dict[str, Any] | None
+    error: str | None = None
+    fatal: bool = False
 
 
 _OPS = {

@@ -52,6 +52,7 @@ from ledgerstore_sqlite import protocol, schema
 from ledgerstore_sqlite.auth import read_secret
 from ledgerstore_sqlite.discovery import live_socket, parse_address
 from ledgerstore_sqlite.endpoint import Endpoint, TcpEndpoint, UnixEndpoint
+from ledgerstore_sqlite.leases import SessionLeases
 from ledgerstore_sqlite.remote import RemoteSession
 from ledgerstore_sqlite.schema import immediate
 from ledgerstore_sqlite.tls import client_context
@@ -247,6 +248,9 @@ class SqliteMetadataStore(MetadataStore):
         self._last_seen = 0
         self._poller: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        #: a metadata server's engine: its clients' sessions, alive in memory (the heartbeat
+        #: copies them into the sessions table before it reaps)
+        self.leases: SessionLeases | None = None
 
     def __repr__(self) -> str:
         return f"SqliteMetadataStore({self.uri!r})"
@@ -481,11 +485,13 @@ class SqliteMetadataStore(MetadataStore):
             conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
 
     @staticmethod
-    def _extend_locked(conn: sqlite3.Connection, session: int, ttl: float, now: float) -> bool:
+    def _extend_locked(conn: sqlite3.Connection, session: int, ttl: float, now: float, vouched: bool = False) -> bool:
         # A row past its expiry counts as gone even before a reaper removed it: its keys are due
-        # to vanish, and resuming it would race the reaper.
+        # to vanish, and resuming it would race the reaper. ``vouched``: the server's lease says
+        # the session lives (the row's expiry lags it until the next heartbeat copies it).
         cur = conn.execute(
-            "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at >= ?", (now + ttl, session, now)
+            "UPDATE sessions SET expires_at = max(expires_at, ?) WHERE id = ? AND (? OR expires_at >= ?)",
+            (now + ttl, session, vouched, now),
         )
         return cur.rowcount == 1
 
@@ -583,7 +589,8 @@ class SqliteMetadataStore(MetadataStore):
             session = self._session_id
             if ephemeral and owner is not None:
                 session = owner[0]
-                if not self._extend_locked(conn, session, owner[1], now):
+                vouched = self.leases is not None and self.leases.alive(session)
+                if not self._extend_locked(conn, session, owner[1], now, vouched):
                     raise SessionExpiredError(f"cannot create ephemeral {key}: session {session} expired")
             elif ephemeral:
                 replaced = self._renew_locked(conn, now)
@@ -760,6 +767,12 @@ class SqliteMetadataStore(MetadataStore):
         now = time.time()
         with immediate(self._db()) as conn:
             replaced = self._renew_locked(conn, now)
+            if self.leases is not None:
+                # the leases alive now are not reaped below; a lapsed one is never renewed again
+                conn.executemany(
+                    "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at < ?",
+                    [(deadline, session, deadline) for session, deadline in self.leases.live(now).items()],
+                )
             self._reap_locked(conn, now)
             self._prune_changes_locked(conn, now)
         return replaced
