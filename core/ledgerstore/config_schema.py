@@ -333,6 +333,9 @@ class ClientConfig:
     add_timeout_s: float = 10.0
     #: seconds before a read from one bookie counts as failed (readEntryTimeout)
     read_timeout_s: float = 5.0
+    #: seconds a metadata read (ledger metadata, the bookie list) keeps retrying while the metadata
+    #: store is unreachable before the client reports the outage
+    metadata_read_retry_s: float = 30.0
     #: ask the next replica when the first has not answered within this (0 disables)
     speculative_read_timeout_ms: int = 2000
     #: adds outstanding before append blocks (throttle); 0 = unlimited
@@ -380,7 +383,7 @@ class ClientConfig:
                             f"{MAX_FRAME_SIZE} bytes (default {5 * 1024 * 1024}; match the bookies')")
         if self.metadata and "://" not in self.metadata:
             problems.append(f"'metadata' = {self.metadata!r} is not a URI (scheme://...)")
-        for name in ("add_timeout_s", "read_timeout_s"):
+        for name in ("add_timeout_s", "read_timeout_s", "metadata_read_retry_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"'{name}' must be positive")
         for name in ("speculative_read_timeout_ms", "max_outstanding_adds", "health_check_interval_s"):

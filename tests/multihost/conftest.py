@@ -32,6 +32,8 @@ ADD_TIMEOUT_S = 2.0
 LEASE_TTL_S = 3
 #: deadline of one metadata request: a client cut off from etcd gives up on a request after it
 METADATA_TIMEOUT_S = 5.0
+#: how long a client's metadata reads retry across an outage (metadata_read_retry_s; 30 s by default)
+METADATA_READ_RETRY_S = 3.0
 
 
 class Agent:
@@ -39,6 +41,7 @@ class Agent:
 
     def __init__(self, net: NetCluster, host: str, metadata: str, **options: Any) -> None:
         options.setdefault("add_timeout_s", ADD_TIMEOUT_S)
+        options.setdefault("metadata_read_retry_s", METADATA_READ_RETRY_S)
         options.setdefault("metadata_options", {"session_timeout": LEASE_TTL_S,
                                                 "operation_timeout": METADATA_TIMEOUT_S})
         self.host = host

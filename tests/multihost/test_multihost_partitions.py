@@ -9,8 +9,14 @@ import time
 
 import pytest
 
-from ledgerstore.meta.retry import DEFAULT_READ_RETRY_S
-from tests.multihost.conftest import ADD_TIMEOUT_S, BOOKIES, METADATA_TIMEOUT_S, MultiHost, host_of
+from tests.multihost.conftest import (
+    ADD_TIMEOUT_S,
+    BOOKIES,
+    METADATA_READ_RETRY_S,
+    METADATA_TIMEOUT_S,
+    MultiHost,
+    host_of,
+)
 
 pytestmark = pytest.mark.multihost
 
@@ -72,8 +78,8 @@ def test_a_writer_cut_off_from_the_metadata_server_keeps_acknowledging_until_it_
     # acknowledged: at most the entries before the first whose write quorum holds the silent bookie
     assert stalled["acked"] == list(range(220, 220 + len(stalled["acked"]))) and len(stalled["acked"]) < 3
     assert stalled["error"].startswith("MetadataError"), stalled
-    # the ensemble change's reads retry for DEFAULT_READ_RETRY_S, then one last request times out
-    assert elapsed < ADD_TIMEOUT_S + DEFAULT_READ_RETRY_S + METADATA_TIMEOUT_S + ENSEMBLE_CHANGE_SLACK_S, elapsed
+    # the ensemble change's reads retry for metadata_read_retry_s, then one last request times out
+    assert elapsed < ADD_TIMEOUT_S + METADATA_READ_RETRY_S + METADATA_TIMEOUT_S + ENSEMBLE_CHANGE_SLACK_S, elapsed
     assert writer.ask("append", n=1)["acked"] == [], "the failed handle took another add"
     acked += stalled["acked"]
     cluster.net.heal()

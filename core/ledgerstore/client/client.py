@@ -106,10 +106,10 @@ class Client:
             except BaseException:
                 await self.store.close()
                 raise
-        self.ledgers = LedgerManager(self.store)
+        self.ledgers = LedgerManager(self.store, self.config.metadata_read_retry_s)
         #: makes, verifies and upgrades ledgers' password checks (see :mod:`.passwords`)
         self.password_checks = PasswordChecks(self.ledgers, self.config.password_check_cost)
-        self.registry = BookieRegistry(self.store)
+        self.registry = BookieRegistry(self.store, self.config.metadata_read_retry_s)
         #: error counts and quarantines of the bookies; the health checker acts on them
         self.health = BookieHealth()
         self.pool = ChannelPool(self._resolve, self.config.transport, self.config.max_frame_size,

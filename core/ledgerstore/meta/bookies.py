@@ -39,8 +39,10 @@ def info_from_bytes(data: bytes) -> BookieInfo:
 class BookieRegistry:
     """Registration of bookies as writable or read-only (ephemeral keys)."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, read_retry_s: float | None = None) -> None:
         self.store = store
+        #: seconds a listing retries while the store is unreachable (default ``DEFAULT_READ_RETRY_S``)
+        self.read_retry_s = read_retry_s
 
     async def register(self, info: BookieInfo) -> None:
         """Publish ``info`` under the writable or read-only path, removing it from the other."""
@@ -73,7 +75,7 @@ class BookieRegistry:
     async def _list(self, path: str, skip: set[str] | None = None) -> list[BookieInfo]:
         from ledgerstore.meta.retry import retry_read
 
-        return await retry_read(lambda: self._list_once(path, skip), f"of {path}")
+        return await retry_read(lambda: self._list_once(path, skip), f"of {path}", self.read_retry_s)
 
     async def _list_once(self, path: str, skip: set[str] | None = None) -> list[BookieInfo]:
         out = []

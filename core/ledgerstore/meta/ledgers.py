@@ -160,8 +160,10 @@ class LedgerManager:
     """CRUD for ledger metadata with compare-and-set, keyed as the cluster's ``/LAYOUT`` says
     (:class:`~ledgerstore.meta.layout.LedgerLayout`; read once per manager)."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, read_retry_s: float | None = None) -> None:
         self.store = store
+        #: seconds a read retries while the store is unreachable (default ``DEFAULT_READ_RETRY_S``)
+        self.read_retry_s = read_retry_s
         self._layout: layout.LedgerLayout | None = None
 
     async def ledger_layout(self) -> layout.LedgerLayout:
@@ -193,7 +195,7 @@ class LedgerManager:
         from ledgerstore.meta.retry import retry_read
 
         path = await self._path(ledger_id)
-        got = await retry_read(lambda: self.store.get(path), f"of ledger {ledger_id}")
+        got = await retry_read(lambda: self.store.get(path), f"of ledger {ledger_id}", self.read_retry_s)
         if got is None:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist")
         return LedgerMetadata.from_bytes(got.value, got.version)
