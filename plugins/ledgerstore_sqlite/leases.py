@@ -8,7 +8,8 @@ into the ``sessions`` table in the transaction that reaps the expired ones, so t
 expiry exactly as this map does (and a restarted server resumes sessions from the table).
 
 A lease that lapsed stays lapsed: it is not renewed again, and the next reap removes the session
-and its ephemeral keys. Times are ``time.time()``, as in the ``sessions`` table.
+and its ephemeral keys. A lease whose row is gone from the table (the session was ended there) ends
+at that heartbeat too. Times are ``time.time()``, as in the ``sessions`` table.
 """
 
 from __future__ import annotations

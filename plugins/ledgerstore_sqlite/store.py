@@ -763,16 +763,26 @@ class SqliteMetadataStore(MetadataStore):
         by_age = (first_young[0] if first_young else newest + 1) - 1
         conn.execute("DELETE FROM changes WHERE revision <= ?", (max(by_count, by_age),))
 
+    @staticmethod
+    def _copy_leases_locked(conn: sqlite3.Connection, leases: SessionLeases, now: float) -> None:
+        """Copy the metadata server's live leases into their session rows, so the reap after this
+        spares them (a lapsed lease is never renewed again); a lease whose row is gone (the session
+        was ended in the table) ends too, so its client hears that its session expired."""
+        live = leases.live(now)
+        conn.executemany(
+            "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at < ?",
+            [(deadline, session, deadline) for session, deadline in live.items()],
+        )
+        rows = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+        for session in live.keys() - rows:
+            leases.end(session)
+
     def _sync_heartbeat(self) -> bool:
         now = time.time()
         with immediate(self._db()) as conn:
             replaced = self._renew_locked(conn, now)
             if self.leases is not None:
-                # the leases alive now are not reaped below; a lapsed one is never renewed again
-                conn.executemany(
-                    "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at < ?",
-                    [(deadline, session, deadline) for session, deadline in self.leases.live(now).items()],
-                )
+                self._copy_leases_locked(conn, self.leases, now)
             self._reap_locked(conn, now)
             self._prune_changes_locked(conn, now)
         return replaced
