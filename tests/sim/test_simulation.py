@@ -124,15 +124,17 @@ def test_shrinking_leaves_out_every_fault_the_failure_does_not_need(monkeypatch:
     async def no_crash_allowed(run: Any, led: Any, reader: Any) -> None:
         await real(run, led, reader)
         if any(" bookie.crash " in line for line in run.world.trace.lines):
-            run.violation("a bookie crashed")
+            run.violation("a bookie crashed", "no-crash")
 
     monkeypatch.setattr(invariants, "check_ledger", no_crash_allowed)
     seed = next(s for s in range(50) if not run_seed(s, duration=20, faults=("crash", "partition")).ok)
-    out, skipped = shrink(seed, duration=20, faults=("crash", "partition"))
+    shrunk = shrink(seed, duration=20, faults=("crash", "partition"))
+    out, skipped = shrunk.outcome, shrunk.skip
     assert not out.ok
-    assert out.stats["faults"] + out.stats["around"] - len(skipped - {-1}) == 1
+    assert shrunk.faults()[0] == 1 and shrunk.invariant == "no-crash"
     assert sum(" bookie.crash " in line for line in out.trace) == 1
-    assert run_seed(seed, duration=20, faults=("crash", "partition"), skip=skipped).trace_hash == out.trace_hash
+    assert run_seed(seed, duration=shrunk.duration, faults=("crash", "partition"), skip=skipped,
+                    shape=shrunk.shape).trace_hash == out.trace_hash
 
 
 def test_a_seed_replays_the_same_however_fast_the_wall_clock_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 
 from ledgerstore.client import adds
@@ -48,6 +48,8 @@ _BATCH_ENTRIES = 4096
 #: largest digest (HMAC-SHA256), with room to spare
 _FRAME_OVERHEAD = 256
 _CLOSED = LedgerState.CLOSED
+#: ``(bookie_id, body)``: an ADD_BATCH body (:func:`codec.add_batch_body_of_items`) as it goes out
+SendObserver = Callable[[str, bytes], None]
 
 
 class LedgerHandle(ReadHandle):
@@ -83,6 +85,9 @@ class LedgerHandle(ReadHandle):
         self._sign_one = codec.item_signer(self.digest)
         #: optional ``(entry_id, bookie_id)`` callback for every bookie acknowledgement (tests, tools)
         self.ack_observer: AckObserver | None = None
+        #: optional ``(bookie_id, body)`` callback for every ADD_BATCH body, as it is sent: a
+        #: checker of what the writer sends (the simulation's LAC check); unset, it costs nothing
+        self.send_observer: SendObserver | None = None
 
     def advance_lac(self, entry_id: int) -> int:
         """Refused: a writer's last-add-confirmed is what its own bookies acknowledged, and it
@@ -291,6 +296,8 @@ class LedgerHandle(ReadHandle):
                 self._send_frame(bid, idx, per_idx[idx], group, body)
 
     def _send_frame(self, bid: str, idx: int, pas: list[PendingAdd], group: AddGroup | None, body: bytes) -> None:
+        if self.send_observer is not None:
+            self.send_observer(bid, body)
         op = AddBatchOp(pas, idx, bid, group)
         self.ctx.bookie_client.add_batch(bid, body,
                                          lambda resp, exc: self._act(op, op.on_response(resp, exc, self.ack_observer)),

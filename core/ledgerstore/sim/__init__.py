@@ -6,8 +6,9 @@ disks (:mod:`.disk`). One seed decides every choice, so a run replays exactly; i
 a hash to prove it. :func:`run_seed` runs one schedule and checks the protocol's invariants.
 """
 
-from ledgerstore.sim.faults import FAULT_KINDS
+from ledgerstore.sim.faults import FAULT_KINDS, SCENARIOS
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
-from ledgerstore.sim.runner import Outcome, run_seed, shrink
+from ledgerstore.sim.runner import PARTS, Outcome, Shape, Shrunk, run_seed, shrink
 
-__all__ = ["FAULT_KINDS", "Outcome", "SimulationStuck", "VirtualTimeLoop", "run_seed", "shrink"]
+__all__ = ["FAULT_KINDS", "PARTS", "SCENARIOS", "Outcome", "Shape", "Shrunk", "SimulationStuck", "VirtualTimeLoop",
+           "run_seed", "shrink"]

@@ -14,16 +14,21 @@ from typing import Any
 
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.proto.codec import Op
+from ledgerstore.sim import invariants
 from ledgerstore.sim.network import LinkFaults
 from ledgerstore.sim.world import World
 
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
-               "slow-bookie", "hold-link", "stop-at-add", "read-only",
-               "journal")
+               "slow-bookie", "hold-link", "stop-at-add", "read-only", "journal", "lost-answer", "fence-restart",
+               "recovery-race")
+#: kinds aimed at one recovery: drawn only around recoveries (:meth:`FaultInjector.around_recovery`)
+AROUND_ONLY = frozenset({"fence-restart", "recovery-race"})
 #: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``, ``ledgerstore.sim.diskfaults``
-#: for the faults aimed at the journal's steps), not by :func:`draw_faults`
-OWN_SCHEDULE = frozenset({"read-only", "journal"})
+#: for the faults aimed at the journal's steps) or only around recoveries, not by :func:`draw_faults`
+OWN_SCHEDULE = frozenset({"read-only", "journal"}) | AROUND_ONLY
+#: the directed scenarios (``ledgerstore sim --scenario``): every recovery meets that fault
+SCENARIOS = ("fence-restart", "lost-answer", "recovery-race")
 #: the frames a writer's adds travel in (what a stop-at-add fault waits for)
 ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
 #: a held link or a stop timed at an add lasts less than the writer's add timeout (10 s): the
@@ -33,7 +38,8 @@ STOP_AT_ADD = (0.5, 9.0)
 #: fragment crashes and the writer stops at its first add to a bookie outside the fragment, i.e.
 #: just as it moves to a new ensemble; drawn when "crash" and "stop-at-add" are)
 AROUND_RECOVERY = ("lossy-link", "partition", "crash", "pause-writer", "slow-bookie", "hold-link",
-                   "stop-at-add", "stop-at-add", "failover", "failover")
+                   "stop-at-add", "stop-at-add", "failover", "failover", "fence-restart", "lost-answer",
+                   "recovery-race")
 #: faults drawn around recoveries are numbered from here (for shrinking)
 AROUND_BASE = 10_000
 
@@ -86,6 +92,10 @@ def draw_fault(rng: random.Random, kind: str, t: float, clients: list[str], book
         return Fault(t, kind, ("writer",), rng.uniform(1.0, 30.0))
     if kind == "metadata-fail":
         return Fault(t, kind, (rng.choice(("writer", "recoverer")),), 0.0, (float(rng.randint(1, 3)),))
+    if kind == "lost-answer":
+        # the next writes of a client (a create, an ensemble change, a fence or a close by CAS)
+        # are applied, but their answers lost: it retries a write that already happened
+        return Fault(t, kind, (rng.choice(("writer", "recoverer")),), 0.0, (float(rng.randint(1, 2)),))
     if kind == "slow-bookie":
         # a congested or overloaded bookie: frames to it are late by a heavy-tailed delay (each
         # on its own link, so one client's frame waits seconds while another's pass), a few are
@@ -114,7 +124,7 @@ class FaultInjector:
     """Applies the faults of one run to its world, and heals them all at the end."""
 
     def __init__(self, world: World, kinds: tuple[str, ...], skip: frozenset[int], stats: dict[str, Any],
-                 violation: Callable[[str], None]) -> None:
+                 violation: Callable[[str, str], None]) -> None:
         self.world = world
         self.loop = world.loop
         self.kinds = kinds
@@ -132,6 +142,12 @@ class FaultInjector:
         self.healed = False
         #: bookies crashed for good: restarted only after the final recoveries
         self.lost: set[str] = set()
+        #: the directed scenario: every recovery meets this fault (None: drawn at random)
+        self.scenario: str | None = None
+        #: starts a second recovery of a ledger, and marks it for auto-recovery (the workload's)
+        self.on_race: Callable[[int], None] | None = None
+        #: paused processes -> the timer that wakes them
+        self._wakes: dict[str, asyncio.TimerHandle] = {}
 
     async def around_recovery(self, ensemble: list[str], ledger_id: int) -> None:
         """Faults cluster where protocols race: most recoveries meet a fault on a bookie of
@@ -140,7 +156,9 @@ class FaultInjector:
         rng = self.around_rng
         failover = "crash" in self.kinds and "stop-at-add" in self.kinds
         kinds = [k for k in AROUND_RECOVERY if k in self.kinds or (k == "failover" and failover)]
-        if not kinds or rng.random() >= 0.8 or self.healed:
+        if self.scenario is not None:
+            kinds = [self.scenario]
+        if not kinds or (rng.random() >= 0.8 and self.scenario is None) or self.healed:
             return
         bookies = ensemble
         offset = rng.uniform(-1.0, 0.5)
@@ -157,6 +175,18 @@ class FaultInjector:
                       dataclasses.replace(stop, target=("writer", *others), params=(1.0, 0.0))]
         elif kind == "stop-at-add":  # the writer's add to a bookie of the fragment
             faults = [draw_fault(rng, kind, at, ["writer"], bookies)]
+        elif kind == "fence-restart":
+            # the writer stops now, before the recovery fences; once the ledger is closed every
+            # fenced bookie crashes and restarts in turn (after a checkpoint, or with the fence
+            # only in its journal), then the writer wakes and adds again
+            offset = 0.0
+            faults = [Fault(at, kind, (str(ledger_id), *bookies), rng.uniform(0.2, 3.0),
+                            (float(rng.random() < 0.5),))]
+        elif kind == "recovery-race":
+            # a second recoverer and an auto-recovery worker go for the same ledger
+            faults = [Fault(at, kind, (str(ledger_id),), 0.0)]
+        elif kind == "lost-answer":  # the recoverer's fence or close by CAS applies, unanswered
+            faults = [dataclasses.replace(draw_fault(rng, kind, at, ["recoverer"], bookies), target=("recoverer",))]
         else:
             faults = [draw_fault(rng, kind, at, ["writer", "recoverer"], bookies)]
         index = AROUND_BASE + self.stats["around"]
@@ -209,6 +239,14 @@ class FaultInjector:
                 net.on_send(client, b, ADD_OPS, functools.partial(self._stop_at_add, f, b))
         elif f.kind == "metadata-fail":
             w.meta.fail_writes(f.target[0], int(f.params[0]))
+        elif f.kind == "lost-answer":
+            w.meta.lose_answers(f.target[0], int(f.params[0]))
+        elif f.kind == "fence-restart":
+            self.pause("writer", 3600.0)  # woken once the bookies are back
+            self.loop.create_task(self._fence_restart(f))
+        elif f.kind == "recovery-race":
+            if self.on_race is not None:
+                self.on_race(int(f.target[0]))
         elif f.kind == "expire-session":
             node = w.bookie(f.target[0])
             if node.store is not None and node.running:
@@ -252,6 +290,30 @@ class FaultInjector:
                     net.set_faults(other, bookie, LinkFaults(drop=drop))
                     self.loop.call_later(f.hold, net.clear_faults, other, bookie)
 
+    async def _fence_restart(self, f: Fault) -> None:
+        """Once ledger ``f.target[0]`` is closed: crash and restart each of its bookies in turn
+        (each after a checkpoint when ``f.params[0]``), then wake the writer."""
+        w = self.world
+        lid = int(f.target[0])
+        while not self.healed:
+            md = w.meta.ledger(lid)
+            if md is not None and md.is_closed:
+                break
+            await asyncio.sleep(0.1)
+        for name in f.target[1:]:
+            node = w.bookie(name)
+            down = sum(not x.running for x in w.bookies)
+            if self.healed or node.bookie is None or name in self.lost or down >= self.max_down:
+                continue
+            if f.params[0]:
+                node.bookie.checkpoint()
+            w.trace("fault.fence-restart", f"L{lid} {name} {'after' if f.params[0] else 'before'} a checkpoint")
+            node.crash()
+            await asyncio.sleep(f.hold)
+            await self.restart(name)
+        if not self.healed:
+            self.wake_now("writer")
+
     def pause(self, node: str, hold: float) -> None:
         """Pause the process ``node`` for ``hold`` seconds (nothing it sends or is sent moves)."""
         net = self.world.net
@@ -260,9 +322,17 @@ class FaultInjector:
         net.hold(node)
         if node == "writer":
             self.awake.clear()
-        self.loop.call_later(hold, self._wake, node)
+        self._wakes[node] = self.loop.call_later(hold, self._wake, node)
+
+    def wake_now(self, node: str) -> None:
+        """Wake the paused process ``node`` before its time."""
+        timer = self._wakes.get(node)
+        if timer is not None and node in self.world.net.held:
+            timer.cancel()
+            self._wake(node)
 
     def _wake(self, node: str) -> None:
+        self._wakes.pop(node, None)
         self.world.net.release(node)
         if node == "writer":
             self.awake.set()
@@ -277,7 +347,7 @@ class FaultInjector:
             try:
                 await b.start()
             except LedgerStoreError as exc:
-                self.violation(f"{name} did not restart: {exc}")
+                self.violation(f"{name} did not restart: {exc}", invariants.LIVENESS)
 
     async def heal(self) -> None:
         """End every fault: the cluster is healthy and quiet for the final checks."""
@@ -285,6 +355,7 @@ class FaultInjector:
         self.healed = True
         w.net.heal()
         w.meta.failing.clear()
+        w.meta.unanswered.clear()
         for node in list(w.net.held):
             w.net.release(node)
         self.awake.set()

@@ -67,8 +67,8 @@ class RunView(Protocol):
         """Whether the world was healed at the end of the run (no fault starts after that)."""
         ...
 
-    def violation(self, text: str) -> None:
-        """Record a broken invariant."""
+    def violation(self, text: str, name: str | None = None) -> None:
+        """Record a broken invariant (``name``: which; by default the text's first word)."""
         ...
 
 

@@ -71,6 +71,8 @@ class SimMetadata:
         self.max_delay = 0.003
         #: writes still to fail, per node name
         self.failing: dict[str, int] = {}
+        #: writes still to apply whose answer is then lost, per node name
+        self.unanswered: dict[str, int] = {}
         #: node name -> (probability that a write fails, until when): a flaky store for that process
         self.flaky: dict[str, tuple[float, float]] = {}
         #: paused nodes (the network's held nodes): their calls wait until they wake
@@ -91,6 +93,19 @@ class SimMetadata:
         """The next ``n`` writes of ``node``'s store fail (and are not applied)."""
         self.failing[node] = self.failing.get(node, 0) + n
         self.trace("meta.fail_writes", f"{node} {n}")
+
+    def lose_answers(self, node: str, n: int) -> None:
+        """The next ``n`` writes of ``node``'s store are applied, but their answers are lost: the
+        caller sees a failure (a connection lost after the server committed the write)."""
+        self.unanswered[node] = self.unanswered.get(node, 0) + n
+        self.trace("meta.lose_answers", f"{node} {n}")
+
+    def answer_lost(self, node: str) -> bool:
+        """Whether the answer to ``node``'s write just applied is lost (one of its next ``n``)."""
+        if not self.unanswered.get(node):
+            return False
+        self.unanswered[node] -= 1
+        return True
 
     def fail_writes_for(self, node: str, probability: float, seconds: float) -> None:
         """For ``seconds``, each write of ``node``'s store fails with ``probability`` (and is not
@@ -227,7 +242,11 @@ class SimMetadataStore(MetadataStore):
 
     async def put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
         await self._call(f"put {key}", write=True)
-        return self.server.put(key, bytes(value), expected_version, None)
+        version = self.server.put(key, bytes(value), expected_version, None)
+        if self.server.answer_lost(self.node):
+            self.server.trace("meta.answer_lost", f"{self.node} put {key} (applied at version {version})")
+            raise MetadataError(f"simulated metadata store of {self.node}: the answer to put {key} was lost")
+        return version
 
     async def put_ephemeral(self, key: str, value: bytes) -> int:
         session = await self._call(f"put_ephemeral {key}", write=True)

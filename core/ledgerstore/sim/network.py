@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ledgerstore.api.transport import Connection, FrameHandler, Server, ServerLimits, Transport
 from ledgerstore.errors import BookieUnavailableError
@@ -90,6 +90,9 @@ class SimNetwork:
         #: one-shot triggers (:meth:`on_send`, :meth:`on_arrive`): (when, source, destination,
         #: opcodes) → action
         self.triggers: dict[tuple[str, str, str, frozenset[int]], Callable[[], None]] = {}
+        #: checkers that see every frame as it leaves its process and as it reaches its end
+        self.observers: list[FrameObserver] = []
+        self._connections = 0
 
     # --- faults ----------------------------------------------------------------------------------
 
@@ -202,6 +205,8 @@ class SimNetwork:
         if waiting is not None:
             waiting.append(lambda: self.transmit(link, frame))
             return
+        for observer in self.observers:
+            observer.sent(link.src, link.dst, link.conn, frame)
         what = _describe(frame)
         if (link.src, link.dst) in self.cut:
             self.lost += 1
@@ -250,15 +255,36 @@ class SimNetwork:
             return
         if self.triggers:
             self._fire("arrive", link, frame)
+        for observer in self.observers:
+            observer.arrived(link.src, link.dst, link.conn, frame)
         link.receive(frame)
+
+    def connection_number(self) -> int:
+        """A number for a new connection (both its links carry it)."""
+        self._connections += 1
+        return self._connections
+
+
+class FrameObserver(Protocol):
+    """A checker of the frames on the network (:attr:`SimNetwork.observers`)."""
+
+    def sent(self, src: str, dst: str, conn: int, frame: bytes) -> None:
+        """``frame`` leaves ``src`` for ``dst`` on connection ``conn`` (it may still be lost)."""
+
+    def arrived(self, src: str, dst: str, conn: int, frame: bytes) -> None:
+        """``frame`` from ``src`` reaches ``dst`` on connection ``conn``, which reads it next."""
+
+    def serving(self, node: str) -> None:
+        """``node`` listens again (a bookie started or restarted)."""
 
 
 class _Link:
     """One direction of one connection."""
 
-    def __init__(self, src: str, dst: str, receive: Callable[[bytes], None]) -> None:
+    def __init__(self, src: str, dst: str, conn: int, receive: Callable[[bytes], None]) -> None:
         self.src = src
         self.dst = dst
+        self.conn = conn
         self.receive = receive
         self.last_arrival = 0.0
         self.closed = False
@@ -290,8 +316,9 @@ class _ClientConnection(Connection):
         self._on_close = on_close
         self._closed = False
         self.side = _ServerSide(self, client)
-        self.up = _Link(client, server.node, lambda f: server.handler.frames_received(self.side, [f]))
-        self.down = _Link(server.node, client, lambda f: on_frames([f]))
+        number = network.connection_number()
+        self.up = _Link(client, server.node, number, lambda f: server.handler.frames_received(self.side, [f]))
+        self.down = _Link(server.node, client, number, lambda f: on_frames([f]))
         self.up.reset = self.down.reset = self._reset
 
     def _reset(self) -> None:
@@ -378,4 +405,6 @@ class SimTransport(Transport):
         """Serve ``address`` on the simulated network (which has no connection limits to enforce)."""
         server = SimServer(self.network, self.node, address, handler)
         self.network.servers[address] = server
+        for observer in self.network.observers:
+            observer.serving(self.node)
         return server
