@@ -65,6 +65,13 @@ class Ledger:
     prefix: int = -1
     #: what tailing readers read: (entry id, payload, the LAC they were given)
     tailed: list[tuple[int, bytes, int]] = dataclasses.field(default_factory=list)
+    #: set once a recoverer goes for the ledger during the run
+    recovering: bool = False
+
+    def cap(self, entries: int) -> int:
+        """How many adds the writer may make under a cap of ``entries`` (shrinking): as many
+        before the ledger's recovery begins, and as many again after (the adds that race it)."""
+        return entries if not self.recovering else 2 * entries
 
     def last_ensemble(self) -> list[str]:
         """The names of the bookies of the writer's current fragment."""

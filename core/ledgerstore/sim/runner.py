@@ -279,14 +279,22 @@ def shrink(seed: int, *, bookies: int = 5, duration: float = 60.0, faults: tuple
         state = Shrunk(out, target, length, skip, shape)
         return True
 
-    around = range(AROUND_BASE, AROUND_BASE + int(best.stats.get("around", 0)))
-    for index in [-1, *range(int(best.stats.get("faults", 0))), *around]:
-        attempt(state.skip | {index}, state.shape, state.duration)
+    def drop_faults() -> None:
+        stats = state.outcome.stats
+        around = range(AROUND_BASE, AROUND_BASE + int(stats.get("around", 0)))
+        for index in [-1, *range(int(stats.get("faults", 0))), *around]:
+            if index not in state.skip:
+                attempt(state.skip | {index}, state.shape, state.duration)
+
+    drop_faults()
     for part in PARTS:
         attempt(state.skip, dataclasses.replace(state.shape, without=state.shape.without | {part}), state.duration)
-    ledgers = int(state.outcome.stats.get("ledgers", 0))
-    for n in range(1, ledgers):  # the fewest ledgers that still break it
-        if attempt(state.skip, dataclasses.replace(state.shape, ledgers=n), state.duration):
+    for n in range(1, int(state.outcome.stats.get("ledgers", 0))):  # the fewest ledgers that still break it
+        fewer = dataclasses.replace(state.shape, ledgers=n)
+        # the faults around recoveries are numbered in recovery order: with fewer ledgers, the
+        # ones the failure needs may be the ones left out so far
+        if attempt(state.skip, fewer, state.duration) or attempt(
+                frozenset(i for i in state.skip if i < AROUND_BASE), fewer, state.duration):
             break
     entries = max(1, int(state.outcome.stats.get("acked", 0)))
     while entries > 1 and attempt(state.skip, dataclasses.replace(state.shape, entries=entries // 2), state.duration):
@@ -294,4 +302,5 @@ def shrink(seed: int, *, bookies: int = 5, duration: float = 60.0, faults: tuple
     length = state.duration
     while length > 2 and attempt(state.skip, state.shape, length / 2):
         length /= 2
+    drop_faults()  # what the smaller workload no longer needs
     return state

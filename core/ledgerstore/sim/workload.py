@@ -35,7 +35,8 @@ class LedgerWorkload:
         self.tailer: Client | None = None
         self.tail_rng = world.rng_for("tailer")
         faults.on_race = self.race
-        #: at most this many ledgers, of at most this many adds each (None: as drawn; shrinking)
+        #: at most this many ledgers, of at most this many adds each before its recovery begins
+        #: and as many again after (None: as drawn; shrinking)
         self.ledgers_max: int | None = None
         self.entries_max: int | None = None
         #: the second recoverer (started at the first race)
@@ -96,7 +97,7 @@ class LedgerWorkload:
             while led.outstanding + burst > window and led.failed is None:
                 await asyncio.sleep(0.01)
             for _ in range(burst):
-                if led.failed is not None or (self.entries_max is not None and i >= self.entries_max):
+                if led.failed is not None or (self.entries_max is not None and i >= led.cap(self.entries_max)):
                     break
                 payload = f"{self.world.seed}:{led.ledger_id}:{i}".encode()
                 i += 1
@@ -134,6 +135,7 @@ class LedgerWorkload:
                 return
             await asyncio.sleep(0.1)
         led = self.ledgers[count]
+        led.recovering = True
         await self.faults.around_recovery(led.last_ensemble(), led.ledger_id)
         self.read_only.around(led.last_ensemble())
         while led.recovered is None and self.loop.time() < self.duration:
