@@ -21,14 +21,15 @@ from ledgerstore.sim.world import World
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
                "slow-bookie", "hold-link", "stop-at-add", "read-only", "journal", "lost-answer", "fence-restart",
-               "recovery-race")
+               "recovery-race", "client-restart")
 #: kinds aimed at one recovery: drawn only around recoveries (:meth:`FaultInjector.around_recovery`)
 AROUND_ONLY = frozenset({"fence-restart", "recovery-race"})
 #: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``, ``ledgerstore.sim.diskfaults``
-#: for the faults aimed at the journal's steps) or only around recoveries, not by :func:`draw_faults`
-OWN_SCHEDULE = frozenset({"read-only", "journal"}) | AROUND_ONLY
+#: for the faults aimed at the journal's steps, ``ledgerstore.sim.logs``) or only around recoveries,
+#: not by :func:`draw_faults`
+OWN_SCHEDULE = frozenset({"read-only", "journal", "client-restart"}) | AROUND_ONLY
 #: the directed scenarios (``ledgerstore sim --scenario``): every recovery meets that fault
-SCENARIOS = ("fence-restart", "lost-answer", "recovery-race")
+SCENARIOS = ("fence-restart", "lost-answer", "recovery-race", "client-restart")
 #: the frames a writer's adds travel in (what a stop-at-add fault waits for)
 ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
 #: a held link or a stop timed at an add lasts less than the writer's add timeout (10 s): the
@@ -157,7 +158,7 @@ class FaultInjector:
         failover = "crash" in self.kinds and "stop-at-add" in self.kinds
         kinds = [k for k in AROUND_RECOVERY if k in self.kinds or (k == "failover" and failover)]
         if self.scenario is not None:
-            kinds = [self.scenario]
+            kinds = [self.scenario] if self.scenario in AROUND_RECOVERY else []
         if not kinds or (rng.random() >= 0.8 and self.scenario is None) or self.healed:
             return
         bookies = ensemble

@@ -53,6 +53,10 @@ PRODUCER = "app"
 RESEND_AFTER_S = 2.0
 #: the fault kinds of the main schedule these processes also meet
 LOG_FAULTS = ("partition", "lossy-link", "hold-link", "metadata-fail", "metadata-fail", "pause-writer")
+#: the fault (and directed scenario) of a log writer process that restarts at the end of a stint
+#: without closing its writer, and reopens the log as a new client; the share of stints it ends
+RESTART = "client-restart"
+RESTARTS = 0.1
 
 
 class RunView(Protocol):
@@ -61,6 +65,8 @@ class RunView(Protocol):
     world: World
     duration: float
     kinds: tuple[str, ...]
+    #: the directed scenario the run is (None: random faults)
+    scenario: str | None
 
     @property
     def healed(self) -> bool:
@@ -108,7 +114,7 @@ class LogWorkload:
         # the log and worker code draw from the random module (duelling writers back off by a
         # random time): seeded per run, the draws replay with the seed
         random.seed(self.world.rng_for("global-random").getrandbits(64))
-        self.enabled = self.rng.random() < LOG_RUNS
+        self.enabled = self.rng.random() < LOG_RUNS or self.run.scenario == RESTART
         if not self.enabled:
             return
         server = self.world.meta
@@ -145,10 +151,27 @@ class LogWorkload:
             self.leader = name
             self.world.trace("log.leader", f"{name} ledger {w.ledger_id}")
             stint = self.loop.time() + rng.uniform(5.0, 30.0)
-            await self._append(name, w, rng, min(stint, until))
+            if await self._append(name, w, rng, min(stint, until)):
+                client = await self._restart(name, client)
             await asyncio.sleep(rng.uniform(2.0, 20.0))
 
-    async def _append(self, name: str, w: LogWriter, rng: random.Random, until: float) -> None:
+    def _restarts(self, name: str) -> bool:
+        """Whether the process ``name`` restarts at the end of this stint (drawn from a generator
+        of its own, so runs where it does not are as they were)."""
+        if self.run.scenario is not None:
+            return self.run.scenario == RESTART
+        draw = self.world.rng_for(f"logs.{name}.restarts.{self.stats['log_sessions']}").random()
+        return RESTART in self.run.kinds and draw < RESTARTS
+
+    async def _restart(self, name: str, client: Client) -> Client:
+        """The process ``name`` exits with its log writer open (its client stops, its session
+        ends) and starts again as a new client, which reopens the log."""
+        self.world.trace("log.restart", name)
+        await client.close()
+        return await self.world.client(name).start()
+
+    async def _append(self, name: str, w: LogWriter, rng: random.Random, until: float) -> bool:
+        """Append for a stint; True if the process then restarts without closing ``w``."""
         window = rng.choice((1, 2, 8))
         gap = rng.choice((0.1, 0.2, 0.4))
         srng = self.world.rng_for(f"logs.seq.{name}.{self.stats['log_sessions']}")
@@ -181,12 +204,15 @@ class LogWorkload:
             await asyncio.sleep(rng.expovariate(1 / gap))
         if w.error is not None:
             self.world.trace("log.writer_failed", f"{name} {type(w.error).__name__}")
-            return
+            return False
+        if self._restarts(name):
+            return True
         try:
             await asyncio.wait_for(w.close(), 60)
             self.world.trace("log.closed", f"{name} at {w.last_position}")
         except (LedgerStoreError, TimeoutError) as exc:
             self.world.trace("log.close_failed", f"{name} {type(exc).__name__}")
+        return False
 
     def _resume_from(self, w: LogWriter, rng: random.Random) -> int:
         """Where a writer taking over resumes the application's sequences: after its checkpoint

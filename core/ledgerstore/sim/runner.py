@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from typing import Any
 
 from ledgerstore.errors import LedgerStoreError
@@ -136,6 +137,8 @@ async def _scenario(run: Run) -> None:
     logs = LogWorkload(run)  # log writers, a reader and their faults (ledgerstore.sim.logs)
     if shape.has("logs"):
         await logs.start()
+    else:  # the code under test draws from the random module too: seeded as the logs would
+        random.seed(w.rng_for("global-random").getrandbits(64))
     autorecovery = AutoRecovery(run)  # auditor, workers, a bookie losing its disks (ledgerstore.sim.auditor)
     if shape.has("autorecovery"):
         await autorecovery.start()
