@@ -94,3 +94,45 @@ def test_a_reset_loses_the_frame_and_both_ends_hear_that_the_connection_broke() 
     got, closed, is_closed = _run(scenario)
     assert got == [("lost", b"")]
     assert is_closed and len(closed) == 1 and closed[0] is not None
+
+
+class _Recorder:
+    """A frame observer that writes down what it sees."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, int, bytes]] = []
+
+    def sent(self, src: str, dst: str, conn: int, frame: bytes) -> None:
+        self.seen.append(("sent", src, dst, conn, frame))
+
+    def arrived(self, src: str, dst: str, conn: int, frame: bytes) -> None:
+        self.seen.append(("arrived", src, dst, conn, frame))
+
+    def serving(self, node: str) -> None:
+        self.seen.append(("serving", node, "", 0, b""))
+
+
+def test_observers_see_a_frame_leave_once_it_is_released_and_arrive_and_each_connection_has_its_number() -> None:
+    async def scenario(net: SimNetwork) -> list[tuple[str, str, str, int, bytes]]:
+        rec = _Recorder()
+        net.observers.append(rec)
+        await SimTransport(net, "bookie-1").serve("sim://bookie-1:3181", _Sink([]))
+        first = await SimTransport(net, "writer").connect("sim://bookie-1:3181", lambda f: None, lambda e: None)
+        second = await SimTransport(net, "writer").connect("sim://bookie-1:3181", lambda f: None, lambda e: None)
+        net.hold("writer")
+        first.send(b"a")  # held: it has not left the paused process yet
+        await asyncio.sleep(1)
+        assert [s for s in rec.seen if s[0] != "serving"] == []
+        net.release("writer")
+        second.send(b"b")
+        net.partition("writer", "bookie-1", one_way=True)
+        second.send(b"lost")  # it leaves the process, and the network loses it
+        await asyncio.sleep(1)
+        return rec.seen
+
+    seen = _run(scenario)
+    assert seen[0] == ("serving", "bookie-1", "", 0, b"")
+    assert [frame for kind, _, _, _, frame in seen if kind == "sent"] == [b"a", b"b", b"lost"]
+    assert sorted(frame for kind, _, _, _, frame in seen if kind == "arrived") == [b"a", b"b"]
+    conns = {frame: conn for _, _, _, conn, frame in seen[1:]}
+    assert conns[b"a"] != conns[b"b"] == conns[b"lost"]

@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 
+from ledgerstore.api.storage import StorageEngine
 from ledgerstore.bookie import journal
+from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
 from ledgerstore.client.log import writer as log_writer
 from ledgerstore.errors import BookieReadOnlyError, LedgerRecoveryError
 from ledgerstore.meta import ledgers
 from ledgerstore.meta.ledgers import LedgerMetadata
-from ledgerstore.sim import run_seed
+from ledgerstore.proto import codec
+from ledgerstore.proto.digest import DigestManager
+from ledgerstore.sim import FAULT_KINDS, invariants, run_seed, shrink
 
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
@@ -81,8 +85,8 @@ def _no_ensemble_check(md: LedgerMetadata) -> None:
 def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery._LedgerRecovery, "_replace", _replace_against_the_old_ensemble)
     monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
-    found = _violations(10)
-    assert any("names a bookie twice" in v for vs in found.values() for v in vs), found
+    out = run_seed(23, duration=DURATION)  # seeds-to-find 24: seed 23 is the first of 0..23 to catch it
+    assert any("names a bookie twice" in v for v in out.violations), out.violations
 
 
 def test_the_simulation_catches_a_recovered_ledger_that_reports_length_zero(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,8 +114,8 @@ def test_the_simulation_catches_a_read_only_bookie_that_refuses_recovery_adds(mo
         check_add(self, ledger_id, key, flags)
 
     monkeypatch.setattr(Ledgers, "check_add", refuse_when_read_only)
-    found = _violations(1)  # seeds-to-find 1 (seed 0)
-    assert any("read-only, " in v and "could not be recovered with" in v for vs in found.values() for v in vs), found
+    out = run_seed(10, duration=DURATION)  # seeds-to-find 11 (seed 10, then 11)
+    assert any("read-only, " in v and "could not be recovered with" in v for v in out.violations), out.violations
 
 
 def test_the_simulation_catches_a_new_leader_that_does_not_rebuild_the_producer_table(
@@ -177,3 +181,52 @@ def test_the_simulation_catches_a_journal_replay_that_drops_the_last_record(monk
     monkeypatch.setattr(journal.Journal, "replay", drop_the_last)
     seed, violations = _first_failing(JOURNAL_BUGS_SEEDS["replay-drops-last"])
     assert any("of its write set" in v for v in violations), (seed, violations)
+
+
+
+def _forget_fences_on_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fences not restored after a restart: the bookie reads every ledger's key and LAC back from
+    its storage engine at start-up, but not its fenced flag (the journal's replay fences the
+    ledger in the engine, which the bookie's rules no longer consult)."""
+    load = LedgerDescriptors.load
+
+    def forgetful(self: LedgerDescriptors, engine: StorageEngine) -> None:
+        load(self, engine)
+        self.fenced.clear()
+
+    monkeypatch.setattr(LedgerDescriptors, "load", forgetful)
+
+
+def test_the_simulation_catches_a_bookie_that_forgets_its_fences_on_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    _forget_fences_on_restart(monkeypatch)
+    out = run_seed(26, duration=DURATION)  # seeds-to-find 27 (seed 26) in the random schedules
+    assert invariants.FENCE_IS_DURABLE in out.broken, out.violations
+
+
+def test_a_directed_fence_restart_catches_forgotten_fences_and_shrinks_to_a_short_trace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fence, crash and restart the fenced bookies, wake the old writer: every seed catches the
+    bug; shrinking keeps that invariant broken and leaves a trace of at most 200 lines, which
+    the printed command replays."""
+    _forget_fences_on_restart(monkeypatch)
+    shrunk = shrink(0, duration=DURATION, scenario="fence-restart")
+    assert shrunk.invariant == invariants.FENCE_IS_DURABLE
+    assert len(shrunk.outcome.trace) <= 200, "\n".join(shrunk.outcome.trace)
+    replay = run_seed(0, duration=shrunk.duration, scenario="fence-restart", skip=shrunk.skip, shape=shrunk.shape)
+    assert replay.trace_hash == shrunk.outcome.trace_hash
+    assert "--scenario fence-restart" in shrunk.command(bookies=5, faults=FAULT_KINDS, scenario="fence-restart")
+
+
+def test_the_simulation_catches_a_writer_that_piggybacks_its_last_pushed_entry_as_the_lac(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piggybacked LAC past the acknowledged prefix: the writer signs each entry with the id of
+    the entry before it (the last one it pushed) as the LAC, acknowledged or not."""
+    signer = codec.item_signer
+
+    def last_pushed(digest: DigestManager) -> Callable[[int, int, bytes], bytes]:
+        sign = signer(digest)
+        return lambda entry_id, lac, payload: sign(entry_id, max(lac, entry_id - 1), payload)
+
+    monkeypatch.setattr(codec, "item_signer", last_pushed)
+    out = run_seed(0, duration=DURATION)  # seeds-to-find 1: any pipelined writer sends it at once
+    assert invariants.LAC_WITHIN_ACKED in out.broken, out.violations

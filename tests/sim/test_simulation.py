@@ -15,8 +15,10 @@ import pytest
 
 from ledgerstore.api.transport import FrameHandler, ServerConnection
 from ledgerstore.client.bookie_client import BookieClient
+from ledgerstore.errors import BadVersionError, MetadataError
 from ledgerstore.proto import codec
 from ledgerstore.sim import VirtualTimeLoop, invariants, run_seed, shrink
+from ledgerstore.sim.metadata import SimMetadata, SimMetadataStore
 from ledgerstore.sim.network import SimNetwork, SimTransport
 from ledgerstore.sim.trace import Trace
 from ledgerstore.sim.world import World
@@ -203,3 +205,36 @@ def test_a_fault_timed_to_an_add_holds_that_add_and_what_follows_it_on_the_link(
     assert got[1][0] > 6.0  # the add waited for the release
     assert len(heard) == 1 and heard[0] == got[0][0]  # one-shot, at the first READ's arrival
     assert not net.triggers
+
+
+def test_a_write_whose_answer_is_lost_is_applied_and_the_writer_hears_a_failure() -> None:
+    loop = VirtualTimeLoop()
+    server = SimMetadata(loop, random.Random(1), Trace(loop.clock))
+
+    async def scenario() -> tuple[bytes, int]:
+        store = SimMetadataStore(server, "recoverer")
+        await store.start()
+        first = await store.put("/k", b"v1")
+        server.lose_answers("recoverer", 1)
+        with pytest.raises(MetadataError, match="answer to put /k was lost"):
+            await store.put("/k", b"v2", first)
+        with pytest.raises(BadVersionError):  # the retry of the same CAS finds it applied
+            await store.put("/k", b"v2", first)
+        got = await store.get("/k")
+        assert got is not None
+        return got.value, got.version
+
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        value, version = runner.run(scenario())
+    assert value == b"v2" and version > 1
+
+
+def test_the_command_runs_a_directed_scenario_and_refuses_an_unknown_part_in_one_line() -> None:
+    ok = subprocess.run([sys.executable, "-m", "ledgerstore", "sim", "--seeds", "1", "--duration", "10",
+                         "--scenario", "fence-restart", "--without", "logs,autorecovery"],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    bad = subprocess.run([sys.executable, "-m", "ledgerstore", "sim", "--without", "tailers"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "unknown parts ['tailers']" in bad.stderr
