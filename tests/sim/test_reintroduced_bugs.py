@@ -85,7 +85,7 @@ def _no_ensemble_check(md: LedgerMetadata) -> None:
 def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery._LedgerRecovery, "_replace", _replace_against_the_old_ensemble)
     monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
-    out = run_seed(23, duration=DURATION)  # seeds-to-find 24: seed 23 is the first of 0..23 to catch it
+    out = run_seed(6, duration=DURATION)  # seeds-to-find 7: seed 6 is the first of 0..6 to catch it
     assert any("names a bookie twice" in v for v in out.violations), out.violations
 
 
