@@ -16,6 +16,7 @@ Snapshot (the ledger's ``custom["log.producers"]``, JSON)::
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 
@@ -56,7 +57,8 @@ class Producer:
         #: wall-clock seconds of the last append (for ``producer_ttl_s``)
         self.touched = 0.0
         #: appends in flight, oldest first (None while there are none: most producers are idle)
-        self.pending: list[Pending] | None = None
+        #: in-flight appends, oldest first (a deque: they resolve from the front, thousands in flight)
+        self.pending: collections.deque[Pending] | None = None
 
     @property
     def last_seq(self) -> int | None:
@@ -90,9 +92,11 @@ class Producer:
         pending = self.pending
         if pending:
             if pending[0][1] == last:
-                del pending[0]
+                pending.popleft()
             else:  # not the oldest: only after a failure, when order no longer matters
-                pending[:] = [p for p in pending if p[1] != last]
+                kept = [p for p in pending if p[1] != last]
+                pending.clear()
+                pending.extend(kept)
             if not pending:
                 self.pending = None
 

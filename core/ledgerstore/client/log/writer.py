@@ -284,7 +284,7 @@ class LogWriter:
         p.sent = last
         p.touched = time.time()
         if p.pending is None:
-            p.pending = [(first, last, outer)]
+            p.pending = collections.deque(((first, last, outer),))
         else:
             p.pending.append((first, last, outer))
 
