@@ -120,6 +120,12 @@ class Bookie:
         self._checkpoint_lock = threading.Lock()
         self._stopped = asyncio.Event()
         self._disk_check_now = asyncio.Event()
+        #: one registration update at a time (the disk check, an admin's read-only switch and a
+        #: restored session may each publish one; interleaved, the last delete could win)
+        self._register_lock = asyncio.Lock()
+        #: the read-only flag of the registration last published; None before the first and after
+        #: a failed attempt, so the disk check publishes again until the store has the bookie's state
+        self._published_read_only: bool | None = None
         self.instance_id: str | None = None
         self.started_at = 0.0
         #: compaction suspension switches and statistics (the admin API's gc endpoints)
@@ -351,10 +357,14 @@ class Bookie:
         )
 
     async def _register(self) -> None:
-        t0 = time.perf_counter()
-        await self.registry.register(self.info())
-        peaks.observe("metadata_register", time.perf_counter() - t0)
-        self.state.registered.set()
+        async with self._register_lock:
+            info = self.info()
+            t0 = time.perf_counter()
+            self._published_read_only = None
+            await self.registry.register(info)
+            self._published_read_only = info.read_only
+            peaks.observe("metadata_register", time.perf_counter() - t0)
+            self.state.registered.set()
 
     def on_session_event(self, event: SessionEvent) -> None:
         """The metadata store's session listener: a lost session stops adds until the bookie
@@ -451,23 +461,41 @@ class Bookie:
         self._disk_check_now.set()
 
     async def _disk_check_loop(self) -> None:
+        failing = ""  # the failure of the checks since the last one that succeeded
+        last_said = 0.0
         while True:
             try:
                 await asyncio.wait_for(self._disk_check_now.wait(), self.config.disk_check_interval_ms / 1000.0)
             except TimeoutError:
                 pass
             self._disk_check_now.clear()
-            if self.ownership.lost is None and await self.ownership.check(self.store, self.bookie_id):
-                log.error("bookie %s no longer owns its data: %s. It refuses every write from now on and answers "
-                          "the replicas check with nothing, so its ledgers are re-replicated elsewhere. Stop it, then "
-                          "restore its directories or format it (ledgerstore shell bookieformat --delete-cookie)",
-                          self.bookie_id, self.ownership.lost)
-                await self.ownership.ask_for_replicas_check(self.store)
-            if self._update_disk_state():
-                try:
-                    await self._register()
-                except LedgerStoreError as exc:
-                    log.warning("could not update registration: %s", exc)
+            try:
+                await self._check_disks()
+            except Exception as exc:
+                # the loop outlives any one failure: if it ended, the bookie would stay read-only
+                # (or writable) whatever its disks did next. The story once, then a line a minute.
+                if str(exc) != failing or time.monotonic() - last_said >= 60:
+                    log.warning("disk check failed (retried every %.1fs): %s", self.config.disk_check_interval_ms / 1000.0,
+                                exc, exc_info=not isinstance(exc, LedgerStoreError))
+                    failing, last_said = str(exc), time.monotonic()
+            else:
+                if failing:
+                    log.info("disk check succeeded again")
+                    failing = ""
+
+    async def _check_disks(self) -> None:
+        """One disk check: ownership, then read-only or writable by the disks' usage, published
+        in the registration. A registration the store does not have yet (the last update failed,
+        e.g. a metadata timeout) is published again here, so it never stays stale."""
+        if self.ownership.lost is None and await self.ownership.check(self.store, self.bookie_id):
+            log.error("bookie %s no longer owns its data: %s. It refuses every write from now on and answers "
+                      "the replicas check with nothing, so its ledgers are re-replicated elsewhere. Stop it, then "
+                      "restore its directories or format it (ledgerstore shell bookieformat --delete-cookie)",
+                      self.bookie_id, self.ownership.lost)
+            await self.ownership.ask_for_replicas_check(self.store)
+        changed = self._update_disk_state()
+        if changed or self._published_read_only != self.state.read_only:
+            await self._register()
 
 
     # --- requests (served by the request processor) ----------------------------------------------
