@@ -555,3 +555,41 @@ def test_unknown_option_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="write_bufer_size"):
         EntryLogStorage([tmp_path], write_bufer_size=10)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 16 MiB file system of the test's own (tmpfs; mounting needs root), unmounted afterwards."""
+    mnt = tmp_path / "tiny-disk"
+    mnt.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    assert out.returncode == 0, f"this test mounts a small tmpfs and needs root: {out.stderr}"
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_gc_on_a_disk_full_to_the_last_byte_gives_the_space_back(tiny_disk: Path) -> None:
+    """A disk filled to the last byte, then the ledger holding it deleted: one GC pass gives the
+    space back, although finishing the mostly-dead active log wants to write (its ledger map, the
+    next log) before the dead logs are deleted, and adds work again after it."""
+    size = 64 * 1024
+    e = EntryLogStorage([tiny_disk / "ledgers"], entry_log_size_limit=2 * 1024 * 1024)
+    e.open()
+    try:
+        e.set_master_key(0, b"mk")
+        for eid in range(180):  # 11.25 MiB: five finished 2 MiB logs and 1.25 MiB in the active one
+            e.add_entry(0, eid, payload(0, eid, size))
+        e.flush()
+        with open(tiny_disk / "ballast", "wb", buffering=0) as fh:  # the rest of the disk, to the last byte
+            with pytest.raises(OSError):
+                while True:
+                    fh.write(b"\0" * 4096)
+        e.delete_ledger(0)
+        st = e.gc()
+        assert st.bytes_reclaimed >= 10 * 1024 * 1024, st
+        e.set_master_key(1, b"mk")
+        e.add_entry(1, 0, payload(1, 0))
+        e.flush()
+        assert e.get_entry(1, 0) == payload(1, 0)
+    finally:
+        e.close()
