@@ -113,3 +113,25 @@ def matrix_cluster_factory(request: pytest.FixtureRequest, cluster_config: Clust
     yield factory
     for c in made:
         c.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """Mount small file systems of the test's own (tmpfs of a given size in MiB; mounting needs
+    root), each unmounted afterwards: a disk that fills up for real."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(size_mib: int) -> Path:
+        mnt = tmp_path / f"tmpfs-{len(mounted)}"
+        mnt.mkdir()
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, f"this test mounts a small tmpfs and needs root: {out.stderr}"
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,14 +88,9 @@ def test_gc_reclaims_space_of_deleted_ledgers(cluster_factory, engine: str, tmp_
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A 48 MiB filesystem of the test's own (tmpfs), unmounted afterwards."""
-    mnt = tmp_path / "small-disk"
-    mnt.mkdir()
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    assert out.returncode == 0, f"this test mounts a small tmpfs and needs root: {out.stderr}"
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def small_disk(tmpfs: Callable[[int], Path]) -> Path:
+    """A 48 MiB filesystem of the test's own (tmpfs)."""
+    return tmpfs(48)
 
 
 def test_full_disk_turns_the_bookie_read_only_and_writers_move_on(small_disk: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]

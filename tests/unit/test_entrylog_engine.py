@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def engine_dirs(tmp_path: Path) -> list[Path]:
 
 ADDER = '''
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from ledgerstore_entrylog import EntryLogStorage
 dirs = [Path(p) for p in sys.argv[1].split(",")]
@@ -127,6 +129,7 @@ def test_entries_flushed_before_sigkill_survive(engine_dirs: list[Path], flush_a
 
 DISK_FULL = '''
 import errno, os, sys, time
+from collections.abc import Callable
 from pathlib import Path
 from ledgerstore.errors import BookieDiskFullError
 from ledgerstore_entrylog import EntryLogStorage
@@ -445,6 +448,7 @@ def test_compaction_keeps_entries_readded_while_it_runs(tmp_path: Path) -> None:
 
 COMPACTOR = '''
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from ledgerstore_entrylog import EntryLogStorage
 e = EntryLogStorage([Path(sys.argv[1])], entry_log_size_limit=256 * 1024, page_size=512,
@@ -558,14 +562,9 @@ def test_unknown_option_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A 16 MiB file system of the test's own (tmpfs; mounting needs root), unmounted afterwards."""
-    mnt = tmp_path / "tiny-disk"
-    mnt.mkdir()
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    assert out.returncode == 0, f"this test mounts a small tmpfs and needs root: {out.stderr}"
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tiny_disk(tmpfs: Callable[[int], Path]) -> Path:
+    """A 16 MiB file system of the test's own (tmpfs)."""
+    return tmpfs(16)
 
 
 def test_gc_on_a_disk_full_to_the_last_byte_gives_the_space_back(tiny_disk: Path) -> None:
