@@ -34,6 +34,8 @@ SLOTS = {
     "transport": "ledgerstore.transport",
     "storage": "ledgerstore.storage",
     "placement": "ledgerstore.placement",
+    # protocol handlers: front ends serving another wire protocol (Kafka) on their own port
+    "protocol": "ledgerstore.protocol",
 }
 HOOKS_GROUP = "ledgerstore.hooks"
 

@@ -1,4 +1,4 @@
-"""The four plugin interfaces. Plugins import from here (and from :mod:`ledgerstore.errors`)."""
+"""The plugin interfaces (four backend slots and the protocol handlers). Plugins import from here (and from :mod:`ledgerstore.errors`)."""
 
 from ledgerstore.api.metadata import (
     ANY_VERSION,
@@ -23,6 +23,7 @@ from ledgerstore.api.options import (
     parse_options,
 )
 from ledgerstore.api.placement import BookieInfo, PlacementPolicy
+from ledgerstore.api.protocol import HandlerHealth, ProtocolHandler
 from ledgerstore.api.storage import StorageEngine, StorageStats
 from ledgerstore.api.transport import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -44,10 +45,12 @@ __all__ = [
     "Connection",
     "EventType",
     "FrameHandler",
+    "HandlerHealth",
     "MetadataStore",
     "Notification",
     "NotificationCallback",
     "PlacementPolicy",
+    "ProtocolHandler",
     "Server",
     "OptionInfo",
     "ServerConnection",

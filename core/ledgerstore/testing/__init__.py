@@ -15,12 +15,14 @@ Each suite documents the fixture it needs. The suites drive the async interfaces
 
 from ledgerstore.testing.metadata import MetadataStoreConformance
 from ledgerstore.testing.placement import PlacementPolicyConformance
+from ledgerstore.testing.protocol import ProtocolHandlerConformance
 from ledgerstore.testing.storage import StorageEngineConformance
 from ledgerstore.testing.transport import TransportConformance
 
 __all__ = [
     "MetadataStoreConformance",
     "PlacementPolicyConformance",
+    "ProtocolHandlerConformance",
     "StorageEngineConformance",
     "TransportConformance",
 ]
