@@ -7,7 +7,9 @@ the file's write lock and stall the others. See ``docs/metadata-sqlite.md``.
 ``--http-port-base P`` gives bookie i its admin HTTP server (metrics, health, admin API) on
 127.0.0.1:P+i, with the admin credential (a bearer token) in ``<data dir>/admin-token``, made
 once and readable by its owner only: the token is named by its file, never printed or put in a
-URL. ``--autorecovery`` runs the auditor and a replication worker in every bookie."""
+URL. ``--autorecovery`` runs the auditor and a replication worker in every bookie.
+``--kafka-port P`` serves the Kafka protocol on 127.0.0.1:P through the ``kafka`` protocol handler
+(the ``ledgerstore.protocol`` plugin, found by its entry point; see ``docs/kafka.md``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 import click
 
 from ledgerstore.cli.common import cluster_client, console, handle_errors
+from ledgerstore.cli.protocol_handlers import HandlerThread, check_handler_options
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import ConfigError
 from ledgerstore.proto import speedups
@@ -91,11 +94,13 @@ def bookie_environment(cluster: LocalCluster, http_port_base: int, autorecovery:
               help="bookie i serves admin HTTP (metrics, admin API) on this port + i; 0: none")
 @click.option("--autorecovery", is_flag=True,
               help="run the auditor and a replication worker in every bookie (re-replicates a lost bookie's ledgers)")
+@click.option("--kafka-port", default=None, type=click.IntRange(1, 65535),
+              help="serve the Kafka protocol on 127.0.0.1:PORT (the kafka protocol handler plugin)")
 @click.option("--demo", is_flag=True, help="run a demo workload (write, read back, verify), then stop")
 @click.option("--demo-entries", default=10_000, show_default=True)
 @handle_errors
 def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transport: str, http_port_base: int,
-               autorecovery: bool, demo: bool, demo_entries: int) -> None:
+               autorecovery: bool, kafka_port: int | None, demo: bool, demo_entries: int) -> None:
     """Run a sqlite metadata server and N bookies on this machine. Ctrl-C stops it; a restart on
     the same --data-dir keeps every ledger."""
     # Supervised: the metadata server and the bookies die with this process, even on kill -9, so
@@ -103,6 +108,11 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
     cluster = LocalCluster(Path(data_dir), bookies, port_base, storage, transport, supervise=True,
                            metadata_server=True)
     bookie_environment(cluster, http_port_base, autorecovery)
+    handlers: HandlerThread | None = None
+    kafka = [("kafka", {"host": "127.0.0.1", "port": kafka_port})] if kafka_port is not None else []
+    if kafka_port is not None:  # refused before any process starts: a port in use, the plugin missing
+        check_port_free("the Kafka listener (--kafka-port)", "127.0.0.1", kafka_port)
+        check_handler_options("kafka", kafka[0][1])
     console.print(f"starting {bookies} bookies ({storage} storage, {transport} transport) in {cluster.data_dir} ...")
     console.print(f"hot path: {speedups.state}", markup=False, highlight=False)
     stop = {"now": False}
@@ -126,6 +136,10 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                           "Grafana dashboard: deploy/grafana/ledgerstore-dashboard.json)")
             console.print(f"admin credential: the token in {token} (send it as the header "
                           f"'Authorization: Bearer $(cat {token})', never in a URL)")
+        if kafka:
+            handlers = HandlerThread(cluster.metadata, kafka)  # the metadata URI is known once it started
+            handlers.start()
+            console.print(f"kafka: 127.0.0.1:{kafka_port}  (bootstrap.servers=127.0.0.1:{kafka_port})")
         if autorecovery:
             console.print("auto-recovery: on (an auditor and a replication worker in every bookie)")
         if demo:
@@ -137,6 +151,9 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
             return
         console.print("serving; press Ctrl-C to stop")
         while not stop["now"]:
+            if handlers is not None and not handlers.alive():
+                console.print("[red]the Kafka handler stopped; stopping the cluster[/red]")
+                break
             server = cluster.server_proc
             if server is not None and server.poll() is not None:
                 console.print(f"[red]metadata server exited with code {server.returncode}; restarting it[/red]")
@@ -147,6 +164,8 @@ def standalone(bookies: int, data_dir: str, port_base: int, storage: str, transp
                     cluster.start_bookie(i)
             time.sleep(0.5)
     finally:
+        if handlers is not None:
+            handlers.stop()
         if cluster.procs or cluster.server_proc is not None:  # a failed start already said why
             console.print("stopping bookies, then the metadata server ...")
             cluster.stop()

@@ -1,0 +1,418 @@
+"""The Kafka broker: connections, request dispatch by API key, and what each request does.
+
+Each connection reads size-prefixed requests and answers them in order (Kafka's rule). A request
+is handled in a task of its own as soon as it is read, so a producer's pipelined requests overlap
+(their appends reach the log in the order they were read: :meth:`Partition.append` does not
+await); a writer task sends the answers in request order. A frame larger than
+``max_request_bytes``, a request too short for its header, or a body that does not parse closes
+that connection only (the error is counted and logged in one line). An API or version not served
+closes the connection too, except ApiVersions, which is answered in v0 with
+``UNSUPPORTED_VERSION`` and the versions served, as Kafka's protocol prescribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore_kafka.codec import MalformedRequest, Reader
+from ledgerstore_kafka.messages import (
+    EARLIEST,
+    LATEST,
+    SUPPORTED,
+    ApiKey,
+    ErrorCode,
+    FetchPartitionResult,
+    FetchRequest,
+    ListOffsetsResult,
+    ProducePartitionResult,
+    RequestHeader,
+    TopicMetadata,
+    decode_fetch,
+    decode_list_offsets,
+    decode_metadata,
+    decode_produce,
+    encode_api_versions,
+    encode_fetch,
+    encode_list_offsets,
+    encode_metadata,
+    encode_produce,
+    response_frame,
+)
+from ledgerstore_kafka.partition import LOG_PREFIX, LogSettings, Partition, PartitionFailed, valid_topic
+from ledgerstore_kafka.records import BatchError, split_batches
+
+__all__ = ["Broker", "BrokerSettings"]
+
+log = logging.getLogger(__name__)
+
+#: how many answered-but-unsent responses a connection may hold before it stops reading requests
+MAX_IN_FLIGHT = 100
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """What the broker needs of the handler's options (see ``KafkaHandler.Options``)."""
+
+    node_id: int
+    cluster_id: str
+    auto_create_topics: bool
+    num_partitions: int
+    max_batch_bytes: int
+    max_request_bytes: int
+    logs: LogSettings
+
+
+class Broker:
+    """Serves Kafka requests over partitions held as ledgerstore logs."""
+
+    def __init__(self, client: Any, settings: BrokerSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.advertised: tuple[str, int] = ("127.0.0.1", 0)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._opening: dict[tuple[str, int], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.connections: set[asyncio.Task[None]] = set()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.handlers: dict[int, Callable[[Reader, int], Coroutine[Any, Any, bytes | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+        }
+
+    # --- connections -------------------------------------------------------------------------
+
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read requests until the peer closes or sends something unparsable; answer in order."""
+        self.counters["connections_total"] += 1
+        answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.create_task(self._send_answers(answers, writer))
+        peer = writer.get_extra_info("peername")
+        try:
+            while not sender.done():
+                try:
+                    size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                if size < 8 or size > self.settings.max_request_bytes:
+                    self._refuse(peer, f"a request frame of {size} bytes (allowed 8..{self.settings.max_request_bytes})")
+                    break
+                try:
+                    frame = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    self._refuse(peer, "a request cut short (the connection closed inside it)")
+                    break
+                task = self._dispatch(frame, peer)
+                if task is None:
+                    break
+                await answers.put(task)
+        finally:
+            if sender.done():
+                _cancel_queued(answers)
+            else:
+                await answers.put(None)
+                with contextlib.suppress(ConnectionError):
+                    await sender
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def _refuse(self, peer: object, what: str) -> None:
+        self.counters["bad_requests_total"] += 1
+        log.info("closing the Kafka connection from %s: %s", peer, what)
+
+    def _dispatch(self, frame: bytes, peer: object) -> tuple[int, asyncio.Task[bytes | None]] | None:
+        api_key, version, correlation_id = RequestHeader.peek(frame)
+        served = SUPPORTED.get(api_key)
+        if api_key == ApiKey.API_VERSIONS and served is not None and not served[0] <= version <= served[1]:
+            self.counters["unsupported_version_total"] += 1
+            return correlation_id, asyncio.create_task(_ready(encode_api_versions(0, ErrorCode.UNSUPPORTED_VERSION)))
+        if served is None or not served[0] <= version <= served[1]:
+            self.counters["unsupported_version_total"] += 1
+            self._refuse(peer, f"API key {api_key} version {version}, which this broker does not serve")
+            return None
+        r = Reader(frame)
+        try:
+            RequestHeader.decode(r)
+        except MalformedRequest as exc:
+            self._refuse(peer, f"a bad request header: {exc}")
+            return None
+        self.counters[f"requests_total{{api=\"{ApiKey(api_key).name.lower()}\"}}"] += 1
+        return correlation_id, asyncio.create_task(self.handlers[api_key](r, version))
+
+    async def _send_answers(self, answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None],
+                            writer: asyncio.StreamWriter) -> None:
+        while (item := await answers.get()) is not None:
+            correlation_id, task = item
+            try:
+                body = await task
+            except MalformedRequest as exc:
+                self._refuse(writer.get_extra_info("peername"), f"a request that does not parse: {exc}")
+                writer.close()
+                _cancel_queued(answers)
+                return
+            except LedgerStoreError as exc:  # the cluster failed under the request: this connection ends
+                self.counters["failed_requests_total"] += 1
+                log.warning("closing the Kafka connection from %s: a request failed: %s",
+                            writer.get_extra_info("peername"), exc)
+                writer.close()
+                _cancel_queued(answers)
+                return
+            if body is None:  # acks=0: no answer
+                continue
+            frame = response_frame(correlation_id, body)
+            self.counters["bytes_out_total"] += len(frame)
+            writer.write(frame)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+    # --- partitions --------------------------------------------------------------------------
+
+    async def topics(self) -> dict[str, int]:
+        """Every topic with its partition count, from the logs named ``kafka-<topic>-<n>``."""
+        found: dict[str, set[int]] = collections.defaultdict(set)
+        for name in await self.client.list_logs():
+            if name.startswith(LOG_PREFIX):
+                topic, _, number = name[len(LOG_PREFIX):].rpartition("-")
+                if topic and number.isdigit():
+                    found[topic].add(int(number))
+        out = {}
+        for topic, numbers in found.items():
+            n = 0
+            while n in numbers:
+                n += 1
+            if n:
+                out[topic] = n
+        return out
+
+    async def partition(self, topic: str, index: int) -> Partition:
+        """The open partition, opened (as the log's writer) on first use or after it failed."""
+        key = (topic, index)
+        async with self._opening[key]:
+            part = self.partitions.get(key)
+            if part is not None and part.failed is None:
+                return part
+            if part is not None:
+                del self.partitions[key]
+                await part.close()
+            part = await Partition.open(self.client, topic, index, self.settings.logs)
+            self.partitions[key] = part
+            return part
+
+    async def create_topic(self, topic: str, partitions: int) -> None:
+        for i in range(partitions):
+            await self.partition(topic, i)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def api_versions(self, r: Reader, version: int) -> bytes:
+        return encode_api_versions(version)
+
+    async def metadata(self, r: Reader, version: int) -> bytes:
+        req = decode_metadata(r, version)
+        known = await self.topics()
+        answers = []
+        if req.topics is None:
+            answers = [TopicMetadata(t, ErrorCode.NONE, n) for t, n in sorted(known.items())]
+        for topic in req.topics or []:
+            if not valid_topic(topic):
+                answers.append(TopicMetadata(topic, ErrorCode.INVALID_TOPIC_EXCEPTION, 0))
+            elif topic in known:
+                answers.append(TopicMetadata(topic, ErrorCode.NONE, known[topic]))
+            elif self.settings.auto_create_topics and req.allow_auto_topic_creation:
+                await self.create_topic(topic, self.settings.num_partitions)
+                answers.append(TopicMetadata(topic, ErrorCode.NONE, self.settings.num_partitions))
+            else:
+                answers.append(TopicMetadata(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0))
+        host, port = self.advertised
+        return encode_metadata(version, self.settings.node_id, host, port, self.settings.cluster_id, answers)
+
+    async def _known_partition(self, topic: str, index: int, known: dict[str, int]) -> Partition | int:
+        """The partition, or the error code to answer for it."""
+        if not valid_topic(topic):
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        if index < 0 or index >= known.get(topic, 0):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            return await self.partition(topic, index)
+        except LedgerStoreError as exc:
+            log.warning("partition %s-%d cannot be opened: %s", topic, index, exc)
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def produce(self, r: Reader, version: int) -> bytes | None:
+        req = decode_produce(r, version)
+        known = {t: n for t, n in self.partitions_known().items()}
+        missing = {t for t, _ in req.topics if t not in known}
+        if missing:
+            known = await self.topics()
+        results: list[tuple[str, list[ProducePartitionResult]]] = []
+        waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]] = []
+        for topic, parts in req.topics:
+            out: list[ProducePartitionResult] = []
+            for index, records in parts:
+                out.append(await self._produce_one(req.acks, req.transactional_id, topic, index, records, known, waits))
+            results.append((topic, out))
+        if req.acks == 0:
+            return None
+        done = await self._await_appends(waits, req.timeout_ms / 1000)
+        final = [(topic, [done.get(id(p), p) for p in parts]) for topic, parts in results]
+        return encode_produce(version, final)
+
+    def partitions_known(self) -> dict[str, int]:
+        """Partition counts of the topics this broker has open (a cheap first look)."""
+        counts: dict[str, int] = collections.defaultdict(int)
+        for topic, index in self.partitions:
+            counts[topic] = max(counts[topic], index + 1)
+        return counts
+
+    async def _produce_one(self, acks: int, transactional_id: str | None, topic: str, index: int,
+                           records: bytes | None, known: dict[str, int],
+                           waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]]) -> ProducePartitionResult:
+        if acks not in (-1, 0, 1):
+            return ProducePartitionResult(index, ErrorCode.INVALID_REQUIRED_ACKS)
+        if transactional_id is not None:
+            return ProducePartitionResult(index, ErrorCode.INVALID_RECORD, message="transactions are not supported")
+        part = await self._known_partition(topic, index, known)
+        if isinstance(part, int):
+            return ProducePartitionResult(index, part)
+        try:
+            batches = split_batches(records or b"", self.settings.max_batch_bytes)
+        except BatchError as exc:
+            self.counters["produce_rejected_total"] += 1
+            return ProducePartitionResult(index, exc.error_code, message=str(exc))
+        try:
+            base, futures = part.append(batches)
+        except PartitionFailed:
+            return ProducePartitionResult(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.counters["produce_batches_total"] += len(batches)
+        self.counters["bytes_in_total"] += sum(len(b) for b in batches)
+        result = ProducePartitionResult(index, ErrorCode.NONE, base, part.log_start_offset)
+        waits.append((result, futures))
+        return result
+
+    async def _await_appends(self, waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]],
+                             timeout: float) -> dict[int, ProducePartitionResult]:
+        """Wait for the log's acknowledgements (its ack quorum); a partition whose appends failed
+        is answered ``NOT_LEADER_OR_FOLLOWER``, one not acknowledged in time ``REQUEST_TIMED_OUT``."""
+        changed: dict[int, ProducePartitionResult] = {}
+        if not waits:
+            return changed
+        all_futures = [f for _, fs in waits for f in fs]
+        await asyncio.wait(all_futures, timeout=max(timeout, 0.001))
+        for result, futures in waits:
+            if not all(f.done() for f in futures):
+                changed[id(result)] = ProducePartitionResult(result.partition, ErrorCode.REQUEST_TIMED_OUT)
+            elif any(f.cancelled() or f.exception() is not None for f in futures):
+                changed[id(result)] = ProducePartitionResult(result.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return changed
+
+    async def fetch(self, r: Reader, version: int) -> bytes:
+        req = decode_fetch(r, version)
+        deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+        known = await self.topics()
+        while True:
+            results, size, waiting = await self._fetch_once(req, known)
+            remaining = deadline - time.monotonic()
+            if size >= max(req.min_bytes, 1) or remaining <= 0 or not waiting:
+                return encode_fetch(version, ErrorCode.NONE, results)
+            self.counters["fetch_waits_total"] += 1
+            # long-poll: woken by the first acknowledged append on any partition asked for
+            waiters = [asyncio.ensure_future(ev.wait()) for ev in waiting]
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+
+    async def _fetch_once(self, req: FetchRequest, known: dict[str, int]
+                          ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[asyncio.Event]]:
+        results = []
+        size = 0
+        waiting: list[asyncio.Event] = []
+        budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+        for topic, parts in req.topics:
+            out = []
+            for fp in parts:
+                part = await self._known_partition(topic, fp.partition, known)
+                if isinstance(part, int):
+                    out.append(FetchPartitionResult(fp.partition, part))
+                    continue
+                changed = part.changed
+                hw, start = part.high_watermark, part.log_start_offset
+                if fp.fetch_offset < start or fp.fetch_offset > hw:
+                    out.append(FetchPartitionResult(fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start))
+                    continue
+                records = b""
+                if fp.fetch_offset < hw and budget > 0:
+                    try:
+                        records = await part.read(fp.fetch_offset, min(fp.max_bytes, budget))
+                    except LedgerStoreError as exc:
+                        log.warning("fetch from %s at %d failed: %s", part.name, fp.fetch_offset, exc)
+                        out.append(FetchPartitionResult(fp.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                        continue
+                budget -= len(records)
+                size += len(records)
+                if not records:
+                    waiting.append(changed)
+                out.append(FetchPartitionResult(fp.partition, ErrorCode.NONE, hw, start, records))
+            results.append((topic, out))
+        self.counters["fetch_bytes_total"] += size
+        return results, size, waiting
+
+    async def list_offsets(self, r: Reader, version: int) -> bytes:
+        req = decode_list_offsets(r, version)
+        known = await self.topics()
+        results = []
+        for topic, parts in req.topics:
+            out = []
+            for index, timestamp in parts:
+                part = await self._known_partition(topic, index, known)
+                if isinstance(part, int):
+                    out.append(ListOffsetsResult(index, part))
+                elif timestamp == LATEST:
+                    out.append(ListOffsetsResult(index, ErrorCode.NONE, -1, part.high_watermark))
+                elif timestamp == EARLIEST:
+                    out.append(ListOffsetsResult(index, ErrorCode.NONE, -1, part.log_start_offset))
+                elif timestamp < 0:
+                    out.append(ListOffsetsResult(index, ErrorCode.INVALID_REQUEST))
+                else:
+                    found = part.offset_for_timestamp(timestamp)
+                    offset, ts = found if found is not None else (-1, -1)
+                    out.append(ListOffsetsResult(index, ErrorCode.NONE, ts, offset))
+            results.append((topic, out))
+        return encode_list_offsets(version, results)
+
+    async def close(self) -> None:
+        """Close every partition's log writer."""
+        parts, self.partitions = list(self.partitions.values()), {}
+        for part in parts:
+            await part.close()
+
+
+async def _ready(body: bytes) -> bytes:
+    return body
+
+
+def _cancel_queued(answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None]) -> None:
+    """Cancel the requests still queued on a connection that is closing (their answers would
+    have nowhere to go), and retrieve what the finished ones raised."""
+    while not answers.empty():
+        item = answers.get_nowait()
+        if item is not None:
+            task = item[1]
+            task.cancel()
+            task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[bytes | None]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,243 @@
+"""One Kafka topic partition on one ledgerstore log: offsets, the index and the tail cache.
+
+Mapping: partition ``p`` of topic ``t`` is the log named :func:`log_name` (``kafka-<t>-<p>``; the
+partition number is always the last ``-``-separated part, so the name is unambiguous). Each
+record batch a producer sends is one log entry: the batch as sent, its base offset field set to
+the offset assigned here (:mod:`ledgerstore_kafka.records`). Offsets are continuous because they
+are stored in the entries themselves, never derived from ledger and entry ids.
+
+The broker is the log's writer (``open_log`` fences any previous one). On open it reads the whole
+log back once and rebuilds the in-memory index: per stored batch its base offset, last offset,
+the running maximum of the batches' max timestamps, and its log position. An offset is found by
+binary search over the last offsets; a timestamp by binary search over the running maximum. The
+newest batches' bytes are kept in memory (``cache_bytes``); older ones are read from the log at
+their position.
+
+The high watermark is the end of the last batch the log acknowledged; appends are acknowledged
+in log order, so batches join the index in offset order. A failed append fails the partition:
+every later request is answered ``NOT_LEADER_OR_FOLLOWER`` until the broker reopens the log
+(which recovers it: the index then says exactly what is stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import dataclasses
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ledgerstore.aio import LogWriter, Position
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore_kafka.records import HEADER_SIZE, BatchInfo, parse_batch_header, with_base_offset
+
+__all__ = ["LOG_PREFIX", "LogSettings", "Partition", "PartitionFailed", "log_name", "valid_topic"]
+
+log = logging.getLogger(__name__)
+
+LOG_PREFIX = "kafka-"
+#: log names are at most 200 characters: the prefix, the topic, ``-`` and up to 6 digits of partition
+MAX_TOPIC_LENGTH = 200 - len(LOG_PREFIX) - 7
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+#: how many entries one read from the log asks for
+READ_CHUNK = 500
+
+
+def valid_topic(topic: str) -> bool:
+    """Kafka's topic name rule (``[A-Za-z0-9._-]``, not ``.`` or ``..``) within our log names' length."""
+    return (0 < len(topic) <= MAX_TOPIC_LENGTH and _TOPIC.fullmatch(topic) is not None
+            and topic not in (".", ".."))
+
+
+def log_name(topic: str, partition: int) -> str:
+    """The log holding partition ``partition`` of ``topic``."""
+    return f"{LOG_PREFIX}{topic}-{partition}"
+
+
+class PartitionFailed(LedgerStoreError):
+    """The partition's log writer failed (fenced by another writer, or an add failed)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogSettings:
+    """How the broker opens partition logs (0: the client's default quorum)."""
+
+    password: bytes = b""
+    ensemble: int = 0
+    write_quorum: int = 0
+    ack_quorum: int = 0
+    cache_bytes: int = 64 << 20
+
+
+class Partition:
+    """A partition whose log this broker writes. Build with :meth:`open`."""
+
+    def __init__(self, client: Any, topic: str, index: int, settings: LogSettings, writer: LogWriter) -> None:
+        self.client = client
+        self.topic = topic
+        self.index = index
+        self.name = log_name(topic, index)
+        self.settings = settings
+        self.writer = writer
+        self.failed: LedgerStoreError | None = None
+        self._bases: list[int] = []
+        self._lasts: list[int] = []
+        self._max_ts: list[int] = []  # running maximum, so it is sorted
+        self._positions: list[Position] = []
+        self._cache: dict[int, bytes] = {}
+        self._cache_order: collections.deque[int] = collections.deque()
+        self._cached_bytes = 0
+        self.next_offset = 0  # the next offset to assign (ahead of the high watermark while appends fly)
+        self.high_watermark = 0
+        self._pending: collections.deque[tuple[BatchInfo, bytes, asyncio.Future[Position]]] = collections.deque()
+        self._changed = asyncio.Event()
+
+    @classmethod
+    async def open(cls, client: Any, topic: str, index: int, settings: LogSettings) -> Partition:
+        """Become the writer of the partition's log (creating it) and rebuild the index from it."""
+        quorum = {k: v for k, v in (("ensemble", settings.ensemble), ("write_quorum", settings.write_quorum),
+                                    ("ack_quorum", settings.ack_quorum)) if v}
+        writer = await client.open_log(log_name(topic, index), password=settings.password, **quorum)
+        part = cls(client, topic, index, settings, writer)
+        try:
+            await part._rebuild()
+        except BaseException:
+            await writer.close()
+            raise
+        return part
+
+    async def _rebuild(self) -> None:
+        reader = await self.client.open_log_reader(self.name, "earliest", password=self.settings.password)
+        try:
+            while batch := await reader.read_batch(READ_CHUNK):
+                for position, payload in batch:
+                    if len(payload) < HEADER_SIZE:
+                        raise PartitionFailed(f"log {self.name!r} holds an entry at {position} that is not a Kafka "
+                                              f"record batch ({len(payload)} bytes); it is not a Kafka partition's log")
+                    self._indexed(parse_batch_header(payload), position, payload)
+        finally:
+            await reader.close()
+        self.next_offset = self.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._bases[0] if self._bases else self.high_watermark
+
+    def _indexed(self, info: BatchInfo, position: Position, stored: bytes) -> None:
+        i = len(self._bases)
+        self._bases.append(info.base_offset)
+        self._lasts.append(info.last_offset)
+        self._max_ts.append(max(info.max_timestamp, self._max_ts[-1]) if self._max_ts else info.max_timestamp)
+        self._positions.append(position)
+        self._cache[i] = stored
+        self._cache_order.append(i)
+        self._cached_bytes += len(stored)
+        while self._cached_bytes > self.settings.cache_bytes and len(self._cache_order) > 1:
+            self._cached_bytes -= len(self._cache.pop(self._cache_order.popleft()))
+        self.high_watermark = info.last_offset + 1
+
+    # --- produce -----------------------------------------------------------------------------
+
+    def append(self, batches: Sequence[bytes]) -> tuple[int, list[asyncio.Future[Position]]]:
+        """Assign offsets to ``batches`` (checked ones, :func:`~ledgerstore_kafka.records.split_batches`)
+        and hand them to the log writer, in this call (no await: requests keep their order). Returns
+        the first base offset and the appends' futures; each batch joins the index when the log
+        acknowledges it. :class:`PartitionFailed` once the writer failed."""
+        if self.failed is not None:
+            raise self.failed
+        first = self.next_offset
+        futures = []
+        for batch in batches:
+            info = dataclasses.replace(parse_batch_header(batch), base_offset=self.next_offset)
+            self.next_offset = info.last_offset + 1
+            stored = with_base_offset(batch, info.base_offset)
+            fut = self.writer.append_async(stored)
+            self._pending.append((info, stored, fut))
+            fut.add_done_callback(self._settle)
+            futures.append(fut)
+        return first, futures
+
+    def _settle(self, _done: asyncio.Future[Position]) -> None:
+        # the writer acknowledges in log order, but callbacks run one by one: index every batch
+        # from the front that is done, so the index never has a hole
+        while self._pending and self._pending[0][2].done():
+            info, stored, fut = self._pending.popleft()
+            if fut.cancelled() or fut.exception() is not None:
+                err = fut.exception() if not fut.cancelled() else None
+                self.failed = PartitionFailed(f"the log {self.name!r} refused an append: {err or 'cancelled'}")
+                self._changed.set()
+                for _, _, later in self._pending:  # they fail too (no acknowledgement follows a failure)
+                    later.add_done_callback(_consume)
+                self._pending.clear()
+                return
+            self._indexed(info, fut.result(), stored)
+            self._changed.set()
+        self._changed = asyncio.Event() if self._changed.is_set() else self._changed
+
+    async def wait_for_data(self, timeout: float) -> None:
+        """Return when a batch was acknowledged (or the partition failed), or after ``timeout``."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set when the high watermark moves (a new event each time)."""
+        return self._changed
+
+    # --- fetch and list offsets --------------------------------------------------------------
+
+    async def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least one
+        batch). Empty at the high watermark. The caller checks the offset's range first."""
+        i = bisect.bisect_left(self._lasts, offset)
+        if i >= len(self._lasts):
+            return b""
+        out: list[bytes] = []
+        size, j = 0, i
+        while j < len(self._lasts) and (not out or size + self._batch_size_hint(j) <= max_bytes):
+            stored = self._cache.get(j)
+            if stored is None:
+                stored = await self._read_from_log(j)
+            out.append(stored)
+            size += len(stored)
+            j += 1
+        return b"".join(out)
+
+    def _batch_size_hint(self, j: int) -> int:
+        cached = self._cache.get(j)
+        return len(cached) if cached is not None else 0
+
+    async def _read_from_log(self, j: int) -> bytes:
+        reader = await self.client.open_log_reader(self.name, self._positions[j], password=self.settings.password)
+        try:
+            got = await reader.read_batch(1)
+        finally:
+            await reader.close()
+        if not got:
+            raise PartitionFailed(f"log {self.name!r} did not return the entry at {self._positions[j]}")
+        return bytes(got[0][1])
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first batch holding a record at or after ``timestamp``
+        (batch granularity: its base offset and its max timestamp), or ``None`` if none does."""
+        i = bisect.bisect_left(self._max_ts, timestamp)
+        if i >= len(self._max_ts):
+            return None
+        return self._bases[i], self._max_ts[i]
+
+    async def close(self) -> None:
+        """Close the log writer (waits for appends in flight)."""
+        try:
+            await self.writer.close()
+        except LedgerStoreError as exc:
+            log.warning("closing partition log %r: %s", self.name, exc)
+
+
+def _consume(fut: asyncio.Future[Position]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: the failure is the partition's, already reported

@@ -1,0 +1,108 @@
+"""Kafka record batches (magic 2) as stored: parsed, checked and given their base offset.
+
+A produce request carries one or more record batches back to back. Each batch is stored as the
+producer sent it, as one log entry, with one change: its first eight bytes, the base offset, are
+set to the offset the partition assigned. Kafka's CRC32C covers the batch from its attributes to
+its end; the base offset, the batch length, the partition leader epoch and the magic lie before
+that, so rewriting the base offset leaves the CRC valid and nothing is recomputed (the producer's
+CRC is checked once, on produce).
+
+Batch header (big-endian; bytes from the start of the batch)::
+
+    0  base offset      int64      27 base timestamp   int64
+    8  batch length     int32      35 max timestamp    int64
+    12 leader epoch     int32      43 producer id      int64
+    16 magic (2)        int8       51 producer epoch   int16
+    17 CRC32C           uint32     53 base sequence    int32
+    21 attributes       int16      57 record count     int32
+    23 last offset delta int32     61 records ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import crc32c
+
+from ledgerstore.errors import LedgerStoreError
+
+__all__ = ["HEADER_SIZE", "BatchError", "BatchInfo", "parse_batch_header", "split_batches", "with_base_offset"]
+
+HEADER_SIZE = 61
+#: bytes before the batch length's count starts (base offset and the length itself)
+LOG_OVERHEAD = 12
+_CRC_START = 21
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE = struct.Struct(">q")
+#: attributes bit 4: the batch belongs to a transaction; bit 5: a control batch (commit/abort markers)
+TRANSACTIONAL, CONTROL = 0x10, 0x20
+
+
+class BatchError(LedgerStoreError):
+    """A record batch that cannot be stored; ``error_code`` is Kafka's answer for it."""
+
+    def __init__(self, message: str, error_code: int) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What the partition index keeps of one stored batch."""
+
+    base_offset: int
+    last_offset_delta: int
+    max_timestamp: int
+    record_count: int
+    attributes: int
+    producer_id: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+
+def parse_batch_header(batch: bytes | memoryview) -> BatchInfo:
+    """The header fields of one whole batch (its length already checked by :func:`split_batches`)."""
+    (base, _length, _epoch, magic, _crc, attributes, last_delta, _base_ts, max_ts, producer_id, _pepoch,
+     _seq, count) = _HEADER.unpack_from(batch, 0)
+    del magic
+    return BatchInfo(base, last_delta, max_ts, count, attributes, producer_id)
+
+
+def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes]:
+    """The record batches of a produce request's ``records`` field, each checked: a whole batch,
+    magic 2, its CRC32C right, not transactional, at most ``max_batch_bytes``.
+    Raises :class:`BatchError` with Kafka's error code for the first bad one."""
+    out: list[bytes] = []
+    pos, end = 0, len(records)
+    if end == 0:
+        raise BatchError("the produce request holds no record batch", 87)  # INVALID_RECORD
+    while pos < end:
+        if end - pos < LOG_OVERHEAD + 5:
+            raise BatchError(f"a record batch is cut short: {end - pos} bytes at byte {pos}", 2)  # CORRUPT_MESSAGE
+        (length,) = struct.unpack_from(">i", records, pos + 8)
+        size = LOG_OVERHEAD + length
+        magic = records[pos + 16]
+        if magic != 2:
+            raise BatchError(f"record batches of magic {magic} are not supported (only magic 2, Kafka 0.11 and later)",
+                             43)  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            raise BatchError(f"a record batch declares {length} bytes but {end - pos - LOG_OVERHEAD} follow", 2)
+        if size > max_batch_bytes:
+            raise BatchError(f"a record batch of {size} bytes is over the limit of {max_batch_bytes}", 10)  # MESSAGE_TOO_LARGE
+        batch = records[pos:pos + size]
+        (crc,) = struct.unpack_from(">I", batch, 17)
+        if crc32c.crc32c(batch[_CRC_START:]) != crc:
+            raise BatchError(f"a record batch's CRC32C does not match its bytes (batch at byte {pos})", 2)
+        if parse_batch_header(batch).attributes & (TRANSACTIONAL | CONTROL):
+            raise BatchError("transactional and control batches are not supported", 87)
+        out.append(batch)
+        pos += size
+    return out
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """``batch`` with its base offset field set (outside the CRC's range: the CRC stays valid)."""
+    return _BASE.pack(base_offset) + batch[8:]

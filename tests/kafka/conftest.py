@@ -1,0 +1,78 @@
+"""A standalone cluster serving Kafka (``ledgerstore standalone --kafka-port P`` on a free port),
+shared by the tests of a module and stopped by its PID; and helpers the Kafka tests share."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ledgerstore.testing.servers import free_port
+
+LEDGERSTORE = str(Path(sys.executable).parent / "ledgerstore")
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """A running ``ledgerstore standalone --kafka-port``."""
+
+    bootstrap: str
+    metadata: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def start_standalone(data_dir: Path, timeout: float = 90.0) -> KafkaCluster:
+    port = free_port()
+    log = data_dir / "standalone.out"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([LEDGERSTORE, "standalone", "--data-dir", str(data_dir / "data"), "--port-base", "0",
+                                 "--kafka-port", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "COLUMNS": "250"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if "serving; press Ctrl-C" in text:
+            match = re.search(r"metadata URI: (\S+)", text)
+            assert match, text
+            return KafkaCluster(f"127.0.0.1:{port}", match.group(1), proc, log)
+        if proc.poll() is not None:
+            raise AssertionError(f"standalone exited with {proc.returncode}:\n{text}")
+        time.sleep(0.2)
+    stop_standalone(proc)
+    raise AssertionError(f"standalone did not serve Kafka within {timeout}s:\n{log.read_text(errors='replace')}")
+
+
+def stop_standalone(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = start_standalone(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield cluster
+    finally:
+        stop_standalone(cluster.proc)
+
+
+@pytest.fixture
+def topic() -> str:
+    """A topic name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:10]}"
