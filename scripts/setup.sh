@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything ledgerstore's cluster and tests need on a Debian machine:
-# Debian packages (ZooKeeper, etcd, Java, venv), a virtualenv in .venv with every extra,
+# Debian packages (ZooKeeper, etcd, Java, venv, kcat), a virtualenv in .venv with every extra,
 # and the contrib plugins. Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,8 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # the multi-host tests: network namespaces, veths and a bridge (iproute2), silent cuts (nftables)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+# the Kafka front end's tests produce and consume with Debian's kcat (librdkafka's command-line client)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
