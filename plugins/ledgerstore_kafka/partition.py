@@ -11,7 +11,9 @@ log back once and rebuilds the in-memory index: per stored batch its base offset
 the running maximum of the batches' max timestamps, and its log position. An offset is found by
 binary search over the last offsets; a timestamp by binary search over the running maximum. The
 newest batches' bytes are kept in memory (``cache_bytes``); older ones are read from the log at
-their position.
+their position. A batch stays cached, whatever ``cache_bytes`` says, until a log reader can see it:
+a reader reads only up to the last-add-confirmed, which travels on the writer's next add, so a
+batch is known readable once an add sent after its acknowledgement is acknowledged.
 
 The high watermark is the end of the last batch the log acknowledged; appends are acknowledged
 in log order, so batches join the index in offset order. A failed append fails the partition:
@@ -90,9 +92,12 @@ class Partition:
         self._cache: dict[int, bytes] = {}
         self._cache_order: collections.deque[int] = collections.deque()
         self._cached_bytes = 0
+        #: batches [0, _readable) are readable through a log reader; newer ones may still lie
+        #: beyond the last-add-confirmed the bookies know, so the cache keeps them
+        self._readable = 0
         self.next_offset = 0  # the next offset to assign (ahead of the high watermark while appends fly)
         self.high_watermark = 0
-        self._pending: collections.deque[tuple[BatchInfo, bytes, asyncio.Future[Position]]] = collections.deque()
+        self._pending: collections.deque[tuple[BatchInfo, bytes, asyncio.Future[Position], int]] = collections.deque()
         self._changed = asyncio.Event()
 
     @classmethod
@@ -111,6 +116,7 @@ class Partition:
 
     async def _rebuild(self) -> None:
         reader = await self.client.open_log_reader(self.name, "earliest", password=self.settings.password)
+        self._readable = 1 << 62  # what a reader returns is readable: the cache keeps only cache_bytes
         try:
             while batch := await reader.read_batch(READ_CHUNK):
                 for position, payload in batch:
@@ -120,6 +126,7 @@ class Partition:
                     self._indexed(parse_batch_header(payload), position, payload)
         finally:
             await reader.close()
+        self._readable = len(self._bases)
         self.next_offset = self.high_watermark
 
     @property
@@ -135,9 +142,13 @@ class Partition:
         self._cache[i] = stored
         self._cache_order.append(i)
         self._cached_bytes += len(stored)
-        while self._cached_bytes > self.settings.cache_bytes and len(self._cache_order) > 1:
-            self._cached_bytes -= len(self._cache.pop(self._cache_order.popleft()))
+        self._evict()
         self.high_watermark = info.last_offset + 1
+
+    def _evict(self) -> None:
+        while (self._cached_bytes > self.settings.cache_bytes and self._cache_order
+               and self._cache_order[0] < self._readable):
+            self._cached_bytes -= len(self._cache.pop(self._cache_order.popleft()))
 
     # --- produce -----------------------------------------------------------------------------
 
@@ -155,7 +166,9 @@ class Partition:
             self.next_offset = info.last_offset + 1
             stored = with_base_offset(batch, info.base_offset)
             fut = self.writer.append_async(stored)
-            self._pending.append((info, stored, fut))
+            # this add carries the writer's last-add-confirmed, which covers every batch acknowledged
+            # so far: once it is acknowledged, those are readable through a log reader
+            self._pending.append((info, stored, fut, len(self._bases)))
             fut.add_done_callback(self._settle)
             futures.append(fut)
         return first, futures
@@ -164,15 +177,16 @@ class Partition:
         # the writer acknowledges in log order, but callbacks run one by one: index every batch
         # from the front that is done, so the index never has a hole
         while self._pending and self._pending[0][2].done():
-            info, stored, fut = self._pending.popleft()
+            info, stored, fut, covers = self._pending.popleft()
             if fut.cancelled() or fut.exception() is not None:
                 err = fut.exception() if not fut.cancelled() else None
                 self.failed = PartitionFailed(f"the log {self.name!r} refused an append: {err or 'cancelled'}")
                 self._changed.set()
-                for _, _, later in self._pending:  # they fail too (no acknowledgement follows a failure)
+                for _, _, later, _ in self._pending:  # they fail too (no acknowledgement follows a failure)
                     later.add_done_callback(_consume)
                 self._pending.clear()
                 return
+            self._readable = max(self._readable, covers)
             self._indexed(info, fut.result(), stored)
             self._changed.set()
         self._changed = asyncio.Event() if self._changed.is_set() else self._changed
@@ -195,32 +209,41 @@ class Partition:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least one
         batch). Empty at the high watermark. The caller checks the offset's range first."""
         i = bisect.bisect_left(self._lasts, offset)
-        if i >= len(self._lasts):
-            return b""
         out: list[bytes] = []
         size, j = 0, i
-        while j < len(self._lasts) and (not out or size + self._batch_size_hint(j) <= max_bytes):
+        while j < len(self._lasts) and (not out or size < max_bytes):
             stored = self._cache.get(j)
-            if stored is None:
-                stored = await self._read_from_log(j)
-            out.append(stored)
-            size += len(stored)
-            j += 1
+            run = [stored] if stored is not None else await self._read_from_log(j, max_bytes - size)
+            for batch in run:
+                if out and size + len(batch) > max_bytes:
+                    return b"".join(out)
+                out.append(batch)
+                size += len(batch)
+            j += len(run)
         return b"".join(out)
 
-    def _batch_size_hint(self, j: int) -> int:
-        cached = self._cache.get(j)
-        return len(cached) if cached is not None else 0
-
-    async def _read_from_log(self, j: int) -> bytes:
+    async def _read_from_log(self, j: int, max_bytes: int) -> list[bytes]:
+        """Batches ``j``, ``j + 1``, ... read from the log with one reader, up to the first cached
+        one or about ``max_bytes`` (at least one)."""
+        end = j + 1
+        while end < len(self._positions) and end not in self._cache and end - j < READ_CHUNK:
+            end += 1
         reader = await self.client.open_log_reader(self.name, self._positions[j], password=self.settings.password)
+        out: list[bytes] = []
+        size = 0
         try:
-            got = await reader.read_batch(1)
+            while len(out) < end - j and (not out or size < max_bytes):
+                got = await reader.read_batch(min(end - j - len(out), 100))
+                if not got:
+                    break
+                for _, payload in got:
+                    out.append(bytes(payload))
+                    size += len(payload)
         finally:
             await reader.close()
-        if not got:
+        if not out:
             raise PartitionFailed(f"log {self.name!r} did not return the entry at {self._positions[j]}")
-        return bytes(got[0][1])
+        return out
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first batch holding a record at or after ``timestamp``

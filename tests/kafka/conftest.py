@@ -3,6 +3,7 @@ shared by the tests of a module and stopped by its PID; and helpers the Kafka te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -61,6 +62,27 @@ def stop_standalone(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@contextlib.contextmanager
+def kafka_command(metadata: str, tmp_path: Path, options: str = "") -> Iterator[str]:
+    """``ledgerstore kafka --config`` on a free port for the cluster at ``metadata``, with more
+    ``[kafka]`` lines in ``options``; yields its bootstrap address, stops it by PID (exit 0)."""
+    port = free_port()
+    config = tmp_path / "kafka.toml"
+    config.write_text(f'metadata = "{metadata}"\n[kafka]\nport = {port}\n{options}')
+    out = tmp_path / "kafka.out"
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen([LEDGERSTORE, "kafka", "--config", str(config)], stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while f"kafka ready on 127.0.0.1:{port}" not in out.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, out.read_text()
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, out.read_text()
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,7 @@ configuration refused in one line; topics auto-created or not, as configured."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +13,8 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient
 
 from ledgerstore.aio import Client
-from ledgerstore.testing.servers import free_port
 from ledgerstore_kafka.partition import log_name
-from tests.kafka.conftest import LEDGERSTORE, KafkaCluster
+from tests.kafka.conftest import LEDGERSTORE, KafkaCluster, kafka_command
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,18 +37,7 @@ def test_a_bad_kafka_toml_is_one_line_and_exit_code_2(tmp_path: Path, text: str,
 
 def test_the_kafka_command_serves_a_cluster_and_creates_topics_only_when_configured(
         kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
-    port = free_port()
-    config = tmp_path / "kafka.toml"
-    config.write_text(f'metadata = "{kafka_cluster.metadata}"\n[kafka]\nport = {port}\nauto_create_topics = false\n')
-    out = tmp_path / "kafka.out"
-    with open(out, "wb") as fh:
-        proc = subprocess.Popen([LEDGERSTORE, "kafka", "--config", str(config)], stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while f"kafka ready on 127.0.0.1:{port}" not in out.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, out.read_text()
-            time.sleep(0.2)
-        bootstrap = f"127.0.0.1:{port}"
+    with kafka_command(kafka_cluster.metadata, tmp_path, "auto_create_topics = false\n") as bootstrap:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         missing = admin.list_topics(topic="never-made", timeout=30).topics["never-made"]
         assert missing.error is not None and missing.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -66,6 +52,3 @@ def test_the_kafka_command_serves_a_cluster_and_creates_topics_only_when_configu
         producer.produce("made-as-a-log", b"hello")
         assert producer.flush(30) == 0
         assert admin.list_topics(topic="made-as-a-log", timeout=30).topics["made-as-a-log"].error is None
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, out.read_text()
