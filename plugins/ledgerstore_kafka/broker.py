@@ -23,7 +23,25 @@ from typing import Any
 
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore_kafka.codec import MalformedRequest, Reader
+from ledgerstore_kafka.group_messages import (
+    GroupApiKey,
+    decode_find_coordinator,
+    decode_heartbeat,
+    decode_join_group,
+    decode_leave_group,
+    decode_offset_commit,
+    decode_offset_fetch,
+    decode_sync_group,
+    encode_error_only,
+    encode_find_coordinator,
+    encode_join_group,
+    encode_offset_commit,
+    encode_offset_fetch,
+    encode_sync_group,
+)
+from ledgerstore_kafka.groups import COORDINATOR_NOT_AVAILABLE, GroupCoordinator
 from ledgerstore_kafka.messages import (
+    API_NAMES,
     EARLIEST,
     LATEST,
     SUPPORTED,
@@ -87,7 +105,15 @@ class Broker:
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
+            GroupApiKey.FIND_COORDINATOR: self.find_coordinator,
+            GroupApiKey.JOIN_GROUP: self.join_group,
+            GroupApiKey.SYNC_GROUP: self.sync_group,
+            GroupApiKey.HEARTBEAT: self.heartbeat,
+            GroupApiKey.LEAVE_GROUP: self.leave_group,
+            GroupApiKey.OFFSET_COMMIT: self.offset_commit,
+            GroupApiKey.OFFSET_FETCH: self.offset_fetch,
         }
+        self.groups = GroupCoordinator(client, settings.logs.password)
 
     # --- connections -------------------------------------------------------------------------
 
@@ -146,7 +172,7 @@ class Broker:
         except MalformedRequest as exc:
             self._refuse(peer, f"a bad request header: {exc}")
             return None
-        self.counters[f"requests_total{{api=\"{ApiKey(api_key).name.lower()}\"}}"] += 1
+        self.counters[f"requests_total{{api=\"{API_NAMES[api_key]}\"}}"] += 1
         return correlation_id, asyncio.create_task(self.handlers[api_key](r, version))
 
     async def _send_answers(self, answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None],
@@ -391,11 +417,41 @@ class Broker:
             results.append((topic, out))
         return encode_list_offsets(version, results)
 
+    # --- consumer groups (ledgerstore_kafka.groups) ---------------------------------------------
+
+    async def find_coordinator(self, r: Reader, version: int) -> bytes:
+        _key, key_type = decode_find_coordinator(r, version)
+        host, port = self.advertised
+        error = 0 if key_type == 0 else COORDINATOR_NOT_AVAILABLE  # no transaction coordinator
+        return encode_find_coordinator(version, error, self.settings.node_id, host, port)
+
+    async def join_group(self, r: Reader, version: int) -> bytes:
+        j = await self.groups.join(decode_join_group(r, version), None)
+        return encode_join_group(version, j.error, j.generation, j.protocol, j.leader, j.member_id, j.members)
+
+    async def sync_group(self, r: Reader, version: int) -> bytes:
+        error, assignment = await self.groups.sync(decode_sync_group(r, version))
+        return encode_sync_group(version, error, assignment)
+
+    async def heartbeat(self, r: Reader, version: int) -> bytes:
+        return encode_error_only(version, await self.groups.heartbeat(*decode_heartbeat(r, version)))
+
+    async def leave_group(self, r: Reader, version: int) -> bytes:
+        return encode_error_only(version, await self.groups.leave(*decode_leave_group(r, version)))
+
+    async def offset_commit(self, r: Reader, version: int) -> bytes:
+        return encode_offset_commit(version, await self.groups.commit(decode_offset_commit(r, version)))
+
+    async def offset_fetch(self, r: Reader, version: int) -> bytes:
+        group_id, topics = decode_offset_fetch(r, version)
+        return encode_offset_fetch(version, 0, await self.groups.fetch_offsets(group_id, topics))
+
     async def close(self) -> None:
-        """Close every partition's log writer."""
+        """Close every partition's log writer and the groups' log."""
         parts, self.partitions = list(self.partitions.values()), {}
         for part in parts:
             await part.close()
+        await self.groups.close()
 
 
 async def _ready(body: bytes) -> bytes:

@@ -14,9 +14,10 @@ import dataclasses
 import enum
 
 from ledgerstore_kafka.codec import MalformedRequest, Reader, Writer
+from ledgerstore_kafka.group_messages import GROUP_SUPPORTED
 
 __all__ = [
-    "SUPPORTED", "ApiKey", "ErrorCode", "FetchPartition", "FetchRequest", "ListOffsetsRequest", "MetadataRequest",
+    "API_NAMES", "SUPPORTED", "ApiKey", "ErrorCode", "FetchPartition", "FetchRequest", "ListOffsetsRequest", "MetadataRequest",
     "ProduceRequest", "RequestHeader",
 ]
 
@@ -50,7 +51,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_RECORD = 87
 
 
-#: API key -> (lowest, highest) version served. Produce from v3 and Fetch from v4 (record batches,
+#: API key -> (lowest, highest) version served: the one table ApiVersions answers from. Produce from v3 and Fetch from v4 (record batches,
 #: magic 2: the Kafka 2.1 baseline that Kafka 4 keeps, KIP-896); every version here is non-flexible
 #: (the flexible ones, Produce v9, Fetch v12, ListOffsets v6, Metadata v9, ApiVersions v3, come later).
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -59,6 +60,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 8),
     ApiKey.API_VERSIONS: (0, 2),
+    # consumer groups: OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5,
+    # Heartbeat 0-3, LeaveGroup 0-2, SyncGroup 0-3 (ledgerstore_kafka.group_messages)
+    **GROUP_SUPPORTED,
+}
+
+
+#: API key -> the name metrics label its requests with
+API_NAMES: dict[int, str] = {
+    ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
+    ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions", 8: "offset_commit", 9: "offset_fetch",
+    10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
 }
 
 

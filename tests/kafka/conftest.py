@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,17 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 def topic() -> str:
     """A topic name no other test uses."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def confluent_poll(consumer: Any, n: int, timeout_s: float = 60.0) -> list[Any]:
+    """Up to ``n`` messages polled from a confluent-kafka consumer within ``timeout_s``; an error
+    message fails the test."""
+    messages: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(messages) < n and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        messages.append(message)
+    return messages

@@ -24,7 +24,7 @@ from kafka.errors import MessageSizeTooLargeError
 from ledgerstore.aio import Client
 from ledgerstore_kafka.partition import log_name
 from ledgerstore_kafka.records import parse_batch_header
-from tests.kafka.conftest import KafkaCluster
+from tests.kafka.conftest import KafkaCluster, confluent_poll
 
 N = 1000
 pytestmark = pytest.mark.timeout(300)
@@ -99,18 +99,10 @@ def confluent_read(bootstrap: str, topic: str, n: int, timeout_s: float = 60) ->
     consumer = ConfluentConsumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader",
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([ConfluentTopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
     try:
-        while len(got) < n and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            got.append(message.value())
+        return [m.value() for m in confluent_poll(consumer, n, timeout_s)]
     finally:
         consumer.close()
-    return got
 
 
 def test_confluent_kafka_produces_1000_with_acks_all_and_reads_them_in_order(kafka_cluster: KafkaCluster,
