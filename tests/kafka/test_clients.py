@@ -268,3 +268,21 @@ def test_api_versions_at_a_version_not_served_is_answered_in_v0_with_unsupported
                                                                  int.from_bytes(body[14 + 6 * i:16 + 6 * i], "big"))
             for i in range(count)}
     assert keys[18] == (0, 2) and keys[0][0] == 3
+
+
+def test_acks_0_gets_no_answer_and_the_records_are_stored_all_the_same(kafka_cluster: KafkaCluster,
+                                                                        topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, acks=0, enable_idempotence=False)
+    for v in values("a0", 100):
+        producer.send(topic, v)
+    producer.flush()
+    producer.close()
+    assert kafka_python_read(kafka_cluster.bootstrap, topic, 100) == values("a0", 100)
+
+
+def test_acks_1_is_answered_once_the_log_acknowledged(kafka_cluster: KafkaCluster, topic: str) -> None:
+    producer = ConfluentProducer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": 1})
+    for v in values("a1", 100):
+        producer.produce(topic, v)
+    assert producer.flush(60) == 0
+    assert confluent_read(kafka_cluster.bootstrap, topic, 100) == values("a1", 100)
