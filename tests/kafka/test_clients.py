@@ -286,3 +286,22 @@ def test_acks_1_is_answered_once_the_log_acknowledged(kafka_cluster: KafkaCluste
         producer.produce(topic, v)
     assert producer.flush(60) == 0
     assert confluent_read(kafka_cluster.bootstrap, topic, 100) == values("a1", 100)
+
+
+def test_a_fenced_partition_answers_not_leader_and_the_retried_produce_lands_after_a_reopen(
+        kafka_cluster: KafkaCluster, topic: str) -> None:
+    producer = kafka_python_producer(kafka_cluster.bootstrap, retries=5, retry_backoff_ms=200)
+    first = [producer.send(topic, v).get(timeout=30).offset for v in values("before", 10)]
+    assert first == list(range(10))
+
+    async def take_the_log_over() -> None:  # another writer fences the broker's ledger of the partition
+        async with Client(metadata=kafka_cluster.metadata) as client:
+            writer = await client.open_log(log_name(topic, 0))
+            await writer.close()
+
+    asyncio.run(take_the_log_over())
+    # the broker's next append is refused (fenced): NOT_LEADER_OR_FOLLOWER, the producer retries,
+    # the broker opens the log again (recovering it) and the record lands after the ten
+    assert producer.send(topic, b"after").get(timeout=60).offset == 10
+    producer.close()
+    assert kafka_python_read(kafka_cluster.bootstrap, topic, 11) == [*values("before", 10), b"after"]
