@@ -276,10 +276,7 @@ class Broker:
 
     async def produce(self, r: Reader, version: int) -> bytes | None:
         req = decode_produce(r, version)
-        known = {t: n for t, n in self.partitions_known().items()}
-        missing = {t for t, _ in req.topics if t not in known}
-        if missing:
-            known = await self.topics()
+        known = await self.known_partitions([(t, i) for t, parts in req.topics for i, _ in parts])
         results: list[tuple[str, list[ProducePartitionResult]]] = []
         waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]] = []
         for topic, parts in req.topics:
@@ -293,12 +290,16 @@ class Broker:
         final = [(topic, [done.get(id(p), p) for p in parts]) for topic, parts in results]
         return encode_produce(version, final)
 
-    def partitions_known(self) -> dict[str, int]:
-        """Partition counts of the topics this broker has open (a cheap first look)."""
-        counts: dict[str, int] = collections.defaultdict(int)
-        for topic, index in self.partitions:
-            counts[topic] = max(counts[topic], index + 1)
-        return counts
+    async def known_partitions(self, wanted: list[tuple[str, int]]) -> dict[str, int]:
+        """Partition counts good for every ``(topic, partition)`` of ``wanted``: from the
+        partitions this broker has open when they cover them (a produce or fetch of open
+        partitions costs no metadata read), else from the logs (:meth:`topics`)."""
+        if all(key in self.partitions for key in wanted):
+            counts: dict[str, int] = collections.defaultdict(int)
+            for topic, index in self.partitions:
+                counts[topic] = max(counts[topic], index + 1)
+            return counts
+        return await self.topics()
 
     async def _produce_one(self, acks: int, transactional_id: str | None, topic: str, index: int,
                            records: bytes | None, known: dict[str, int],
@@ -344,7 +345,7 @@ class Broker:
     async def fetch(self, r: Reader, version: int) -> bytes:
         req = decode_fetch(r, version)
         deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
-        known = await self.topics()
+        known = await self.known_partitions([(t, fp.partition) for t, parts in req.topics for fp in parts])
         while True:
             results, size, waiting = await self._fetch_once(req, known)
             remaining = deadline - time.monotonic()
@@ -396,7 +397,7 @@ class Broker:
 
     async def list_offsets(self, r: Reader, version: int) -> bytes:
         req = decode_list_offsets(r, version)
-        known = await self.topics()
+        known = await self.known_partitions([(t, i) for t, parts in req.topics for i, _ in parts])
         results = []
         for topic, parts in req.topics:
             out = []

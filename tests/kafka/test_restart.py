@@ -60,3 +60,19 @@ def run_without_cache(metadata: str, tmp_path: Path) -> None:
         values = [f"cold-{i}".encode() for i in range(250)]
         assert produce(bootstrap, "cold", values) == list(range(250))
         assert consume(bootstrap, "cold", 250) == values
+
+
+def test_after_a_restart_a_partition_is_found_while_only_another_of_its_topic_is_open(tmp_path: Path) -> None:
+    cluster = start_standalone(tmp_path)
+    try:
+        with kafka_command(cluster.metadata, tmp_path, "num_partitions = 3\n") as bootstrap:
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
+            assert [producer.send("wide", b"x", partition=p).get(timeout=30).offset for p in range(3)] == [0, 0, 0]
+            producer.close()
+        with kafka_command(cluster.metadata, tmp_path) as bootstrap:  # a new broker: nothing open
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, retries=0)
+            assert producer.send("wide", b"y", partition=0).get(timeout=30).offset == 1
+            assert producer.send("wide", b"y", partition=2).get(timeout=30).offset == 1
+            producer.close()
+    finally:
+        stop_standalone(cluster.proc)
