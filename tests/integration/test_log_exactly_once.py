@@ -21,6 +21,7 @@ from ledgerstore.client.log.producers import SNAPSHOT_KEY
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import InvalidArgumentError
 from ledgerstore.meta.logs import LogManager
+from ledgerstore.proto import speedups
 
 PRODUCER = str(Path(__file__).with_name("log_producer_proc.py"))
 PW = b"pw"
@@ -122,6 +123,10 @@ def test_append_many_skips_the_front_already_stored_and_multiplexes_producers(sh
     ({"seq": 1, "producer_id": "x" * 256}, "at most 255"),
     ({"seq": 1}, "needs a producer"),
     ({"producer_id": "p"}, "without a seq"),
+    ({"seq": 2**63, "producer_id": "p"}, "seq must be between 0 and 9223372036854775807"),  # was written
+    ({"seq": 2**64, "producer_id": "p"}, "seq must be between 0"),  # was a struct.error
+    ({"seq": 1.0, "producer_id": "p"}, "seq must be an int"),
+    ({"seq": 1, "producer_id": ["p"]}, "producer_id must be a string, not list"),  # was "payload must be bytes"
 ])
 def test_bad_sequences_and_producer_ids_get_one_line_errors(shared_cluster: LocalCluster, kwargs: dict[str, object],
                                                              message: str) -> None:
@@ -135,6 +140,57 @@ def test_bad_sequences_and_producer_ids_get_one_line_errors(shared_cluster: Loca
             await w.close()
 
     run(go())
+
+
+def test_a_payload_that_is_not_bytes_is_refused_on_every_append_path(shared_cluster: LocalCluster) -> None:
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log("eo-bad-payload", password=PW, producer_id="p")
+            await w.append(b"0", seq=0)
+            calls = [lambda: w.append("text"),  # type: ignore[arg-type]
+                     lambda: w.append("text", seq=1),  # type: ignore[arg-type]  # a known producer's next sequence
+                     lambda: w.append(7, seq=1, producer_id="new"),  # type: ignore[arg-type]  # a new producer
+                     lambda: w.append_many([b"ok", "text"], first_seq=1)]  # type: ignore[list-item]
+            for call in calls:
+                with pytest.raises(InvalidArgumentError, match="must be bytes, not (str|int)$"):
+                    await call()
+            assert w.last_seq == 0
+            assert await w.append(b"1", seq=1) == Position(w.ledger_id, 1)  # nothing was sent, nothing skipped
+            await w.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("path", ["compiled", "pure"])
+def test_sequenced_entries_are_the_documented_bytes_on_both_hot_paths(shared_cluster: LocalCluster, path: str) -> None:
+    fast = speedups.load()
+    if path == "compiled" and fast is None:
+        pytest.skip("the compiled hot path is not built (scripts/setup.sh builds it)")
+
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as client:
+            w = await client.open_log(f"eo-bytes-{path}", password=PW, producer_id="ab")
+            await w.append(b"a", seq=258)
+            await w.append_many([b"b", bytearray(b"c")], first_seq=259)
+            await w.append(memoryview(b"d"), seq=300, producer_id="other")
+            await w.append(b"e")
+            await w.close()
+            lh = await client.open_ledger(w.ledger_id, PW, recovery=False)
+            raw = [e.payload for e in await lh.read(0, 4)]
+            seq = (258).to_bytes(8, "big")
+            assert raw == [b"\x01\x02ab" + seq + b"a", b"\x01\x02ab" + (259).to_bytes(8, "big") + b"b",
+                           b"\x01\x02ab" + (260).to_bytes(8, "big") + b"c",
+                           b"\x01\x05other" + (300).to_bytes(8, "big") + b"d", b"\x00e"]
+            got = await records(client, f"eo-bytes-{path}")
+            assert [(r.payload, r.producer_id, r.seq) for r in got] == [
+                (b"a", "ab", 258), (b"b", "ab", 259), (b"c", "ab", 260), (b"d", "other", 300), (b"e", None, None)]
+
+    saved = speedups.compiled
+    speedups.compiled = fast if path == "compiled" else None
+    try:
+        run(go())
+    finally:
+        speedups.compiled = saved
 
 
 def test_a_new_leader_rebuilds_the_table_from_snapshots_and_the_ledgers_nobody_closed(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,8 +12,10 @@ from hypothesis import strategies as st
 from ledgerstore.client.log.entry import (
     MAX_SEQ,
     PLAIN_HEADER,
+    compiled_encoder,
     decode,
     encode,
+    encode_many,
     is_sequenced_format,
     producer_header,
 )
@@ -31,6 +36,29 @@ def test_a_plain_entry_is_one_zero_byte_then_the_payload(payload: bytes) -> None
 
 def test_the_header_layout_is_flags_length_id_then_big_endian_sequence() -> None:
     assert encode(producer_header("ab"), 258, b"P") == b"\x01\x02ab" + b"\x00" * 6 + b"\x01\x02" + b"P"
+
+
+@given(st.text(min_size=1, max_size=60), st.integers(0, MAX_SEQ - 20), st.lists(st.binary(max_size=64), max_size=20))
+def test_the_encoders_give_the_documented_bytes_on_both_hot_paths(hot_path: str, pid: str, first: int,
+                                                                    payloads: list[bytes]) -> None:
+    header = producer_header(pid)
+    want = [header + (first + i).to_bytes(8, "big") + x for i, x in enumerate(payloads)]
+    assert encode_many(header, first, payloads) == want
+    assert [encode(header, first + i, x) for i, x in enumerate(payloads)] == want
+    assert encode_many(header, first, [bytearray(x) for x in payloads]) == want
+
+
+@pytest.mark.parametrize("payload", ["text", 7, None, memoryview(b"abcd")[::2]])
+def test_the_encoders_refuse_what_is_not_contiguous_bytes_with_a_type_error_on_both_hot_paths(
+        hot_path: str, payload: object) -> None:
+    with pytest.raises(TypeError):
+        encode(producer_header("p"), 1, payload)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        encode_many(producer_header("p"), 1, [b"ok", payload])  # type: ignore[list-item]
+
+
+def test_the_writer_takes_the_compiled_encoder_only_on_the_compiled_hot_path(hot_path: str) -> None:
+    assert (compiled_encoder() is None) == (hot_path == "pure")
 
 
 @pytest.mark.parametrize("data", [b"", b"\x02x", b"\x01\x05ab", b"\x01\x00" + b"\x00" * 8])
@@ -75,6 +103,24 @@ def test_expiry_forgets_only_idle_producers_with_nothing_in_flight() -> None:
     assert table.expire(None, now=2000.0) == 0  # off by default
     assert table.expire(500.0, now=1200.0) == 1
     assert sorted(table.producers) == ["busy", "new"]
+
+
+def test_a_producer_is_touched_when_its_appends_drain_and_snapshotted_as_active_while_they_are_in_flight() -> None:
+    table = ProducerTable()
+    busy = table.add("busy")
+    busy.stored(3, 1, 2)
+    busy.touched = 100.0  # long ago: but it has an append in flight, so it is active now
+    busy.pending = collections.deque([(4, 5, None)])  # type: ignore[list-item]  # its future is not needed here
+    before = time.time()
+    snap = table.encode_snapshot(Position(1, 2))
+    assert snap is not None
+    again = ProducerTable()
+    again.load_snapshot(snap)
+    assert again.get("busy").touched >= before - 0.001  # type: ignore[union-attr]
+    assert again.expire(60.0) == 0  # so a new leader with a TTL keeps it
+    busy.acked(5, 1, 4)
+    assert busy.pending is None and busy.touched >= before and busy.position == Position(1, 4)
+    assert table.expire(60.0, now=busy.touched + 61.0) == 1  # idle from when its appends drained
 
 
 def test_a_corrupt_snapshot_is_a_log_error() -> None:

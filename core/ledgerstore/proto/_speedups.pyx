@@ -245,3 +245,41 @@ def crc32c_verify_into(ledger_id, items, dict out, type entry_type not None):
             PyBuffer_Release(&view)
         if ok:
             out[eid] = ls_tuple4(entry_type, ledger_id, eid, lac, payload)
+
+
+cdef bytes _log_entry(bytes header, uint64_t seq, object payload):
+    cdef Py_buffer view
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(header)
+    cdef bytes entry
+    cdef unsigned char *p
+    try:
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+    except BufferError as exc:  # a strided memoryview: the TypeError the concatenation raises
+        raise TypeError(f"can't concat {type(payload).__name__} to bytes ({exc})") from None
+    try:
+        entry = PyBytes_FromStringAndSize(NULL, n + 8 + view.len)
+        p = <unsigned char *>PyBytes_AS_STRING(entry)
+        memcpy(p, PyBytes_AS_STRING(header), n)
+        ls_put_u64(p + n, seq)
+        memcpy(p + n + 8, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return entry
+
+
+def log_entry(bytes header not None, uint64_t seq, payload):
+    """A sequenced log entry, ``header`` (a producer's flags, id length and id), the sequence
+    big-endian, then ``payload``, built in one buffer: ``header_packer(len(header))(header, seq)
+    + payload`` in ``ledgerstore.client.log.entry``."""
+    return _log_entry(header, seq, payload)
+
+
+def log_entries(bytes header not None, uint64_t first_seq, payloads):
+    """:func:`log_entry` of each of ``payloads``, with the sequences ``first_seq``, ``first_seq +
+    1``, ...: ``entry.encode_many``'s pure-Python loop."""
+    cdef list out = []
+    cdef uint64_t seq = first_seq
+    for payload in payloads:
+        out.append(_log_entry(header, seq, payload))
+        seq += 1
+    return out

@@ -3,7 +3,8 @@
 ``ledgerstore.proto._speedups`` (Cython, built with every wheel and by ``scripts/setup.sh``: see
 ``setup.py``) holds compiled versions of
 the codec's and the digest's per-entry loops: signing and framing a writer's batch, the bookie's
-ADD_BATCH decode, a READ_MULTI answer's decode and a reader's CRC32C verification. This module is
+ADD_BATCH decode, a READ_MULTI answer's decode, a reader's CRC32C verification and a log writer's
+sequenced entries (``client/log/entry.py``). This module is
 the one place that chooses: :data:`compiled` is the extension when it was built and
 ``LEDGERSTORE_PURE_PYTHON`` is unset (or ``0``), else None, and then the pure-Python loops in
 ``codec.py`` and ``digest.py`` run. Both give the same bytes and the same errors; the tests run
@@ -41,6 +42,9 @@ class HotPath(Protocol):
     def read_multi_section(self, items: Iterable[tuple[int, int, bytes]]) -> bytes: ...
     def crc32c_verify_into(self, ledger_id: int, items: Iterable[Sequence[Any]], out: dict[int, Any],
                            entry_type: type[tuple[Any, ...]]) -> None: ...
+    def log_entry(self, header: bytes, seq: int, payload: bytes | bytearray | memoryview) -> bytes: ...
+    def log_entries(self, header: bytes, first_seq: int,
+                    payloads: Iterable[bytes | bytearray | memoryview]) -> list[bytes]: ...
 
 
 def forced_pure() -> bool:

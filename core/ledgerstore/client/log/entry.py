@@ -1,6 +1,7 @@
 """The log entry format: what a log writer puts in each entry of its ledgers, and reading it back.
 
-Pure functions over bytes (no IO); :mod:`.writer` encodes, :mod:`.reader` and :mod:`.rebuild`
+Pure functions over bytes (no IO), with a compiled twin of the encoder in
+``ledgerstore.proto._speedups`` (the same bytes; :mod:`ledgerstore.proto.speedups` chooses); :mod:`.writer` encodes, :mod:`.reader` and :mod:`.rebuild`
 decode. The format is chosen per ledger, never guessed from the bytes (a raw payload can be
 anything): a writer of this release creates its ledgers with ``log.format=2`` in the ledger's
 ``custom`` metadata (:data:`FORMAT_KEY`), and every entry of such a ledger starts with a header.
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ledgerstore.errors import InvalidArgumentError, LogError
 from ledgerstore.meta.logs import Position
+from ledgerstore.proto import speedups
 
 #: the ledger metadata ``custom`` key naming the entry format of a log's ledger
 FORMAT_KEY = "log.format"
@@ -97,7 +99,28 @@ def header_packer(header_size: int) -> Callable[[bytes, int], bytes]:
 
 def encode(header: bytes, seq: int, payload: bytes) -> bytes:
     """A sequenced entry: ``header`` (from :func:`producer_header`), ``seq``, ``payload``."""
+    fast = speedups.compiled
+    if fast is not None:
+        return fast.log_entry(header, seq, payload)
     return header_packer(len(header))(header, seq) + payload
+
+
+def encode_many(header: bytes, first_seq: int, payloads: Iterable[bytes]) -> list[bytes]:
+    """:func:`encode` of each of ``payloads``, with the sequences ``first_seq, first_seq + 1, ...``."""
+    fast = speedups.compiled
+    if fast is not None:
+        return fast.log_entries(header, first_seq, payloads)
+    pack = header_packer(len(header))
+    return [pack(header, s) + x for s, x in enumerate(payloads, first_seq)]
+
+
+def compiled_encoder() -> Callable[[bytes, int, bytes], bytes] | None:
+    """The compiled :func:`encode` when the compiled hot path runs (``ledgerstore.proto.speedups``),
+    else None: a log writer takes it once, when it is created, and packs with its producer's
+    ``pack`` without it. The compiled one builds the entry in one buffer, where the pure-Python
+    one packs the header and then concatenates (two copies, one call more per entry)."""
+    fast = speedups.compiled
+    return None if fast is None else fast.log_entry
 
 
 def decode(data: bytes) -> tuple[bytes, str | None, int | None]:
@@ -122,5 +145,6 @@ encode_entry = encode
 decode_entry = decode
 
 __all__ = ["FLAG_SEQUENCED", "FORMAT_KEY", "FORMAT_SEQUENCED", "MAX_PRODUCER_ID_BYTES", "MAX_SEQ", "PLAIN_HEADER",
-           "LogRecord", "check_producer_id", "check_seq", "decode", "decode_entry", "encode", "encode_entry", "header_packer", "is_sequenced_format",
+           "LogRecord", "check_producer_id", "check_seq", "compiled_encoder", "decode", "decode_entry", "encode",
+           "encode_entry", "encode_many", "header_packer", "is_sequenced_format",
            "producer_header"]

@@ -54,10 +54,12 @@ class Producer:
         self.entry_id = -1
         #: the highest sequence handed to the ledger (stored or in flight)
         self.sent = -1
-        #: wall-clock seconds of the last append (for ``producer_ttl_s``)
+        #: wall-clock seconds when it last had nothing in flight after appending (for
+        #: ``producer_ttl_s``): read once when its in-flight appends drain, not once per append,
+        #: as only a producer with nothing in flight can expire (:meth:`ProducerTable.expire`)
         self.touched = 0.0
-        #: appends in flight, oldest first (None while there are none: most producers are idle)
-        #: in-flight appends, oldest first (a deque: they resolve from the front, thousands in flight)
+        #: in-flight appends, oldest first (a deque: they resolve from the front, thousands in
+        #: flight); None while there are none: most producers are idle
         self.pending: collections.deque[Pending] | None = None
 
     @property
@@ -79,6 +81,22 @@ class Producer:
         if seq > self.sent:
             self.sent = seq
 
+    def acked(self, seq: int, ledger_id: int, entry_id: int) -> None:
+        """The in-flight append ending at ``seq`` is stored, its last entry at ``(ledger_id,
+        entry_id)``: :meth:`stored` and :meth:`settled` in one call, the acknowledgement's hot path."""
+        if seq > self.seq:
+            self.seq = seq
+            self.ledger_id = ledger_id
+            self.entry_id = entry_id
+        pending = self.pending
+        if pending is not None and pending[0][1] == seq:
+            pending.popleft()
+            if not pending:
+                self.pending = None
+                self.touched = time.time()
+        else:
+            self.settled(seq)
+
     def in_flight(self, seq: int) -> tuple[asyncio.Future[Position], int] | None:
         """The future of the in-flight append holding ``seq`` and how many entries before that
         future's position ``seq`` sits (None: not in flight)."""
@@ -99,6 +117,7 @@ class Producer:
                 pending.extend(kept)
             if not pending:
                 self.pending = None
+                self.touched = time.time()
 
 
 class ProducerTable:
@@ -141,8 +160,10 @@ class ProducerTable:
 
     def encode_snapshot(self, through: Position) -> str | None:
         """The table as a snapshot reflecting every entry up to ``through`` (None if it would
-        exceed :data:`SNAPSHOT_MAX_BYTES`)."""
-        rows = {k: [p.seq, p.ledger_id, p.entry_id, int(p.touched * 1000)]
+        exceed :data:`SNAPSHOT_MAX_BYTES`). A producer with appends in flight is active now: its
+        ``touched`` is only updated when they drain, so the snapshot gives it the current time."""
+        now = time.time()
+        rows = {k: [p.seq, p.ledger_id, p.entry_id, int((p.touched if p.pending is None else now) * 1000)]
                 for k, p in self.producers.items() if p.seq >= 0}
         text = json.dumps({"v": SNAPSHOT_VERSION, "through": str(through), "producers": rows},
                           separators=(",", ":"), ensure_ascii=False)

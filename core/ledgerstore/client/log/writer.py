@@ -13,7 +13,6 @@ import collections
 import functools
 import logging
 import random
-import time
 from collections.abc import Sequence
 
 from ledgerstore.client.ledger import LedgerHandle
@@ -21,9 +20,13 @@ from ledgerstore.client.log.base import LedgerSettings, LogClient, log_manager
 from ledgerstore.client.log.entry import (
     FORMAT_KEY,
     FORMAT_SEQUENCED,
+    MAX_SEQ,
     PLAIN_HEADER,
     check_producer_id,
     check_seq,
+    compiled_encoder,
+    encode_entry,
+    encode_many,
 )
 from ledgerstore.client.log.producers import Producer, ProducerTable
 from ledgerstore.client.log.rebuild import find_sequence, rebuild_table, write_snapshot
@@ -139,6 +142,9 @@ class LogWriter:
         self._found: dict[tuple[str, int], Position] = {}
         self._search_lock = asyncio.Lock()
         self._searches: set[asyncio.Task[None]] = set()
+        #: the compiled entry encoder, or None for the producer's ``pack`` (chosen once, as a
+        #: ledger handle chooses its pending adds' implementation)
+        self._encode = compiled_encoder()
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -189,21 +195,55 @@ class LogWriter:
         outer = self._future()
         if outer.done():
             return outer
-        try:
-            if seq is None:
-                _no_producer_without(producer_id, "seq")
-                self._add(PLAIN_HEADER + payload, outer, None, 0)
+        if seq is None:
+            if producer_id is not None:
+                outer.set_exception(_producer_without("seq"))
                 return outer
+            try:
+                data = PLAIN_HEADER + payload
+            except TypeError:
+                outer.set_exception(_not_bytes(payload))
+                return outer
+            self._add(data, outer, None, 0)
+            return outer
+        # the hot path of a sequenced append: a known producer's next sequence. Everything else
+        # (checks that fail, new producers, duplicates) is _append_seq's
+        if producer_id is None:
+            p = self._default
+        else:
+            p = self._table.get(producer_id) if type(producer_id) is str else None
+        if p is None or type(seq) is not int or not p.sent < seq <= MAX_SEQ:
+            return self._append_seq(payload, seq, producer_id, outer)
+        encode = self._encode
+        try:
+            data = p.pack(p.header, seq) + payload if encode is None else encode(p.header, seq, payload)
+        except TypeError:
+            outer.set_exception(_not_bytes(payload))
+            return outer
+        p.sent = seq
+        pending = p.pending
+        if pending is None:
+            p.pending = collections.deque(((seq, seq, outer),))
+        else:
+            pending.append((seq, seq, outer))
+        self._add(data, outer, p, seq)
+        return outer
+
+    def _append_seq(self, payload: bytes, seq: int, producer_id: str | None,
+                    outer: asyncio.Future[Position]) -> asyncio.Future[Position]:
+        """:meth:`append_async` with a ``seq`` off its hot path: check the arguments, add a new
+        producer, resolve a duplicate."""
+        try:
             p = self._producer(producer_id, seq)
             if seq <= p.sent:
                 self._duplicate(p, seq, outer)
                 return outer
-            data = p.pack(p.header, seq) + payload
+            data = encode_entry(p.header, seq, payload)
         except InvalidArgumentError as exc:
             outer.set_exception(exc)
             return outer
         except TypeError:
-            outer.set_exception(InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}"))
+            outer.set_exception(_not_bytes(payload))
             return outer
         self._sent(p, seq, seq, outer)
         self._add(data, outer, p, seq)
@@ -227,7 +267,8 @@ class LogWriter:
             if not payloads:
                 raise InvalidArgumentError("append_many needs at least one payload")
             if first_seq is None:
-                _no_producer_without(producer_id, "first_seq")
+                if producer_id is not None:
+                    raise _producer_without("first_seq")
                 self._add_many([PLAIN_HEADER + x for x in payloads], outer, None, 0)
                 return outer
             p = self._producer(producer_id, first_seq)
@@ -238,8 +279,7 @@ class LogWriter:
             if first_seq <= p.sent:  # the front of the batch is stored or in flight already
                 payloads = payloads[p.sent - first_seq + 1:]
                 first_seq = p.sent + 1
-            header, pack = p.header, p.pack
-            datas = [pack(header, s) + x for s, x in enumerate(payloads, first_seq)]
+            datas = encode_many(p.header, first_seq, payloads)
         except InvalidArgumentError as exc:
             outer.set_exception(exc)
             return outer
@@ -268,8 +308,7 @@ class LogWriter:
 
     def _producer(self, producer_id: str | None, seq: int) -> Producer:
         """The producer of an append with ``seq`` (both checked)."""
-        if type(seq) is not int or seq < 0:
-            check_seq(seq)
+        check_seq(seq)
         if producer_id is None:
             p = self._default
             if p is None:
@@ -277,12 +316,11 @@ class LogWriter:
                     f"an append with a seq needs a producer: pass producer_id=, or open log {self.name!r} "
                     "with producer_id=")
             return p
-        p = self._table.get(producer_id)
-        return self._table.add(check_producer_id(producer_id)) if p is None else p
+        return self._table.add(check_producer_id(producer_id))
 
     def _sent(self, p: Producer, first: int, last: int, outer: asyncio.Future[Position]) -> None:
+        """``p``'s sequences ``first..last`` are handed to the ledger, resolving ``outer``."""
         p.sent = last
-        p.touched = time.time()
         if p.pending is None:
             p.pending = collections.deque(((first, last, outer),))
         else:
@@ -409,8 +447,7 @@ class LogWriter:
             pos = Position(seg.ledger_id, eid)
             self._last = pos
             if p is not None:
-                p.stored(seq, seg.ledger_id, eid)
-                p.settled(seq)
+                p.acked(seq, seg.ledger_id, eid)
             if not outer.done():
                 outer.set_result(pos)
         else:
@@ -659,9 +696,12 @@ class LogWriter:
         await self.close()
 
 
-def _no_producer_without(producer_id: str | None, seq_name: str) -> None:
-    if producer_id is not None:
-        raise InvalidArgumentError(f"producer_id is given without a {seq_name}: pass {seq_name}= too, or neither")
+def _producer_without(seq_name: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"producer_id is given without a {seq_name}: pass {seq_name}= too, or neither")
+
+
+def _not_bytes(payload: object) -> InvalidArgumentError:
+    return InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
 
 
 def _follow(outer: asyncio.Future[Position], back: int, original: asyncio.Future[Position]) -> None:
