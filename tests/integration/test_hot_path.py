@@ -49,14 +49,25 @@ def test_the_pure_path_says_it_was_forced_by_the_environment() -> None:
     assert "hot path" not in ledgerstore("--version", **env)
 
 
-def test_the_pure_path_says_the_extension_was_not_built() -> None:
-    # the import system's own way of saying a module is absent, as on an install built without a compiler
-    code = ("import sys; sys.modules['ledgerstore.proto._speedups'] = None\n"
-            "from ledgerstore.proto import speedups; print(speedups.compiled is None); print(speedups.state)")
+def _chosen_after(setup: str) -> list[str]:
+    """Whether a fresh interpreter that first runs ``setup`` runs the pure path, and its state."""
+    code = f"{setup}\nfrom ledgerstore.proto import speedups; print(speedups.compiled is None); print(speedups.state)"
     env = {k: v for k, v in os.environ.items() if k != speedups.PURE_PYTHON_ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.splitlines() == [
+    return out.stdout.splitlines()
+
+
+def test_the_pure_path_says_the_extension_was_not_built() -> None:
+    # the import system's own way of saying a module is absent, as on an install built without a compiler
+    assert _chosen_after("import sys; sys.modules['ledgerstore.proto._speedups'] = None") == [
         "True", "pure Python (ledgerstore.proto._speedups is not built; a build without a working C compiler skips it)"]
+
+
+@needs_built
+def test_a_stale_build_without_a_function_of_this_checkout_is_not_used() -> None:
+    # an extension built from an older checkout (before log_entry was compiled) imports fine
+    assert _chosen_after("import ledgerstore.proto._speedups as built; del built.log_entry") == [
+        "True", "pure Python (ledgerstore.proto._speedups is out of date (no log_entry); rebuild it with scripts/setup.sh)"]
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -47,6 +47,10 @@ class HotPath(Protocol):
                     payloads: Iterable[bytes | bytearray | memoryview]) -> list[bytes]: ...
 
 
+#: the functions :class:`HotPath` declares: a build that lacks one is stale and not used
+_FUNCTIONS = tuple(name for name in HotPath.__dict__ if not name.startswith("_") and callable(HotPath.__dict__[name]))
+
+
 def forced_pure() -> bool:
     """Whether the environment asks for the pure-Python path."""
     return os.environ.get(PURE_PYTHON_ENV, "").strip() not in ("", "0")
@@ -77,6 +81,10 @@ def _import() -> tuple[HotPath | None, HotPathState]:
             return None, HotPathState(False, f"{name} is not built; a build without a working C compiler skips it")
         # built for another interpreter, or a symbol missing
         return None, HotPathState(False, f"{name} does not load: {exc}")
+    missing = [name for name in _FUNCTIONS if not hasattr(_speedups, name)]
+    if missing:  # built from an older checkout: every call must find its compiled twin, or none does
+        return None, HotPathState(False, f"{__package__}._speedups is out of date (no {', '.join(missing)}); "
+                                         "rebuild it with scripts/setup.sh")
     return _speedups, HotPathState(True)
 
 
