@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
 import ledgerstore
+from ledgerstore.api import OS_STORAGE_FILES
 from ledgerstore_entrylog.entrylog import LogScanner
 from ledgerstore_entrylog.format import LOG_HEADER_SIZE, decode_log_header, log_file_name, parse_log_file_name
 
@@ -44,11 +44,11 @@ def readlog(bookie_config: str | None, ledger_id: int | None, limit: int, as_jso
 
         dirs = load_bookie_config(bookie_config).ledger_dirs
     path = _find_log(dirs, log)
-    fd = os.open(path, os.O_RDONLY)
+    f = OS_STORAGE_FILES.open(path, write=False)
     try:
-        size = os.fstat(fd).st_size
-        log_id = decode_log_header(os.pread(fd, LOG_HEADER_SIZE, 0), path)
-        scanner = LogScanner(fd, size, path)
+        size = f.size()
+        log_id = decode_log_header(f.pread(LOG_HEADER_SIZE, 0), path)
+        scanner = LogScanner(f, size, path)
         rows: list[dict[str, Any]] = []
         for rec in scanner:
             if ledger_id is not None and rec.ledger_id != ledger_id:
@@ -58,7 +58,7 @@ def readlog(bookie_config: str | None, ledger_id: int | None, limit: int, as_jso
             if limit and len(rows) >= limit:
                 break
     finally:
-        os.close(fd)
+        f.close()
     summary = {"log": str(path), "log_id": log_id, "records": rows, "clean": scanner.clean, "error": scanner.error}
     if as_json:
         click.echo(json.dumps(summary, indent=2))

@@ -8,7 +8,6 @@ Both run under the engine's ``flush_mutex``, with the lock taken for short steps
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from ledgerstore.errors import BookieIOError
@@ -93,21 +92,22 @@ class Compactor:
             # Index deletions must be durable before the logs they pointed into disappear.
             dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for d in dirs:
-            fsync_dir(d)
+            fsync_dir(st.files, d)
         for lg in dead:
             self._remove_log(lg)
 
     def _remove_log(self, lg: EntryLog) -> None:
         """Close and delete a log no index points into any more. ``flush_mutex`` held."""
+        st = self._state
+        files = st.files
         size = lg.written
         lg.close()
         # Map first, intent last: a crash in between leaves a log without a map (rescanned at
         # open) or an intent that makes the next compaction finish the job.
-        remove_file(lg.path.with_suffix(".lmap"))
-        remove_file(lg.path)
-        remove_file(lg.path.with_suffix(".compacting"))
-        fsync_dir(lg.path.parent)
-        st = self._state
+        remove_file(files, lg.path.with_suffix(".lmap"))
+        remove_file(files, lg.path)
+        remove_file(files, lg.path.with_suffix(".compacting"))
+        fsync_dir(files, lg.path.parent)
         with st.lock:
             st.maps_to_sync.discard(lg.path.with_suffix(".lmap"))
             st.counters.bytes_reclaimed += size
@@ -141,13 +141,16 @@ class Compactor:
             # Marks the log for re-compaction at the next open should a crash interrupt us
             # after some index slots already point at the copies.
             try:
-                with open(intent, "wb") as f:
-                    os.fsync(f.fileno())
+                f = st.files.open(intent, create=True, truncate=True)
+                try:
+                    f.sync()
+                finally:
+                    f.close()
             except OSError as exc:
                 raise BookieIOError(f"cannot create compaction intent {intent}: {exc}") from exc
-            fsync_dir(intent.parent)
+            fsync_dir(st.files, intent.parent)
         moved: list[tuple[int, int, int, int]] = []
-        scanner = LogScanner(lg.fd, lg.written, lg.path)
+        scanner = LogScanner(lg.file, lg.written, lg.path)
         batch: list[ScannedRecord] = []
         batch_bytes = 0
         for rec in scanner:
@@ -162,7 +165,7 @@ class Compactor:
             # Copies made so far are unreferenced garbage; the log stays.
             with st.lock:
                 lg.pinned = True
-            remove_file(intent)
+            remove_file(st.files, intent)
             log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
             return
         self._checkpointer.checkpoint()  # the copies are durable ...

@@ -20,11 +20,18 @@ argument, written there only), the entry logs :mod:`~ledgerstore_entrylog.logs` 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ledgerstore.api import MAX_DURATION_S, StorageEngine, StorageStats, option
+from ledgerstore.api import (
+    MAX_DURATION_S,
+    OS_STORAGE_FILES,
+    StorageEngine,
+    StorageFiles,
+    StorageStats,
+    option,
+)
 from ledgerstore.errors import ConfigError
 from ledgerstore_entrylog.parts import EngineParts
 
@@ -72,10 +79,17 @@ class EntryLogStorage(StorageEngine):
             if self.page_size % 8:
                 raise ValueError(f"page_size={self.page_size} must be a multiple of 8")
 
-    def __init__(self, ledger_dirs: Sequence[Path], options: EntryLogStorage.Options | None = None, /,
-                 **values: Any) -> None:
+    def __init__(self, ledger_dirs: Sequence[Path], options: EntryLogStorage.Options | None = None, /, *,
+                 files: StorageFiles = OS_STORAGE_FILES,
+                 schedule: Callable[[Callable[[], object]], object] | None = None, **values: Any) -> None:
         """``options``: the ``storage_options`` table as the host parsed it; an engine built in code
-        may pass the table as keyword arguments instead (parsed by the same rules)."""
+        may pass the table as keyword arguments instead (parsed by the same rules).
+
+        The two seams, for a host that runs the engine in a world of its own (the simulation):
+        ``files``, the file port every file operation goes through (the operating system's files
+        by default); ``schedule``, given a job, runs it later on the host's loop: the write-back
+        syncs then run as such jobs instead of on the engine's thread, and no background flush
+        thread starts (the bookie's checkpoints flush)."""
         super().__init__(ledger_dirs, options, **values)
         opts: EntryLogStorage.Options = self.options
         if not self.ledger_dirs:
@@ -91,6 +105,8 @@ class EntryLogStorage(StorageEngine):
             sync_bytes=opts.flush_entrylog_bytes,
             max_pages=max(2, opts.page_limit_bytes // opts.page_size),
             flush_interval=opts.flush_interval,
+            files=files,
+            schedule=schedule,
         )
         # The add and read paths are bound to their parts once, so an add or a read costs no call
         # more than when the engine was one class; a subclass's override of one is kept.

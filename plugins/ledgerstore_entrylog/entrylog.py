@@ -12,7 +12,7 @@ Callers serialise access (the engine's lock); nothing here locks.
 
 from __future__ import annotations
 
-import os
+import errno
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 
 from crc32c import crc32c
 
+from ledgerstore.api import StorageFile, StorageFiles
 from ledgerstore.errors import BookieIOError, storage_write_error
 from ledgerstore.stalls import peaks
 from ledgerstore_entrylog.format import (
@@ -34,13 +35,34 @@ from ledgerstore_entrylog.format import (
 )
 from ledgerstore_entrylog.index import pwrite_all
 
-__all__ = ["EntryLog", "LogScanner", "ScannedRecord"]
+__all__ = ["CLOSED", "EntryLog", "LogScanner", "ScannedRecord"]
 
 # First read of a record: header plus this much data, so small entries cost one pread.
 _FIRST_READ = 4096
 #: what a window read should reach past the start of its last record (see read_window)
 WINDOW_TAIL = _FIRST_READ
 _SCAN_CHUNK = 4 * 1024 * 1024
+
+
+class _ClosedFile:
+    """What a closed log's ``file`` is: every operation fails with EBADF, as on a closed descriptor."""
+
+    __slots__ = ()
+
+    def _fail(self, *args: object) -> Any:
+        raise OSError(errno.EBADF, "the entry log is closed")
+
+    pread = pwrite = sync = datasync = size = truncate = _fail
+
+    def cold(self, offset: int) -> bool:
+        return False
+
+    def close(self) -> None:
+        """Already closed."""
+
+
+#: the file of a closed log
+CLOSED: StorageFile = _ClosedFile()
 
 
 class EntryLog:
@@ -50,7 +72,7 @@ class EntryLog:
         "log_id",
         "dir_idx",
         "path",
-        "fd",
+        "file",
         "written",
         "buf",
         "ledgers",
@@ -61,11 +83,12 @@ class EntryLog:
         "must_compact",
     )
 
-    def __init__(self, log_id: int, dir_idx: int, path: Path, fd: int, written: int) -> None:
+    def __init__(self, log_id: int, dir_idx: int, path: Path, file: StorageFile, written: int) -> None:
         self.log_id = log_id
         self.dir_idx = dir_idx
         self.path = path
-        self.fd = fd
+        #: the open file (through the engine's file port); :data:`CLOSED` once closed
+        self.file = file
         #: bytes of the file that have reached the OS (the buffer continues from here)
         self.written = written
         #: write buffer; None once the log is no longer active
@@ -84,36 +107,39 @@ class EntryLog:
         self.must_compact = False
 
     @classmethod
-    def create(cls, log_id: int, dir_idx: int, current: Path) -> EntryLog:
+    def create(cls, files: StorageFiles, log_id: int, dir_idx: int, current: Path) -> EntryLog:
         """Create a new, empty, active log; its header goes out with the first buffer write."""
         path = current / log_file_name(log_id)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            file = files.open(path, create=True, exclusive=True)
         except OSError as exc:
             raise storage_write_error(f"cannot create entry log {path}", exc) from exc
-        log = cls(log_id, dir_idx, path, fd, 0)
+        log = cls(log_id, dir_idx, path, file, 0)
         log.buf = bytearray(encode_log_header(log_id))
         log.unsynced = True
         return log
 
     @classmethod
-    def open_existing(cls, log_id: int, dir_idx: int, path: Path) -> EntryLog:
+    def open_existing(cls, files: StorageFiles, log_id: int, dir_idx: int, path: Path) -> EntryLog:
         """Open a finished log for reading; BookieIOError if its header is damaged. A file shorter
         than a header is a log created just before a crash that never received data."""
         try:
-            fd = os.open(path, os.O_RDWR)
+            file = files.open(path)
         except OSError as exc:
             raise BookieIOError(f"cannot open entry log {path}: {exc}") from exc
         try:
-            size = os.fstat(fd).st_size
+            size = file.size()
             if size >= LOG_HEADER_SIZE:
-                found = decode_log_header(os.pread(fd, LOG_HEADER_SIZE, 0), path)
+                found = decode_log_header(file.pread(LOG_HEADER_SIZE, 0), path)
                 if found != log_id:
                     raise BookieIOError(f"entry log {path}: header says log id {found}, name says {log_id}")
+        except OSError as exc:
+            file.close()
+            raise BookieIOError(f"cannot read entry log {path}: {exc}") from exc
         except BaseException:
-            os.close(fd)
+            file.close()
             raise
-        return cls(log_id, dir_idx, path, fd, size)
+        return cls(log_id, dir_idx, path, file, size)
 
     @property
     def size(self) -> int:
@@ -130,7 +156,7 @@ class EntryLog:
             return
         try:
             t0 = time.perf_counter()
-            pwrite_all(self.fd, buf, self.written)
+            pwrite_all(self.file, buf, self.written)
             peaks.observe("entrylog_write", time.perf_counter() - t0)
         except OSError as exc:
             raise storage_write_error(f"write to entry log {self.path} at offset {self.written} failed", exc) from exc
@@ -152,15 +178,19 @@ class EntryLog:
     def fsync(self) -> None:
         """Make everything written so far durable."""
         try:
-            os.fsync(self.fd)
+            self.file.sync()
         except OSError as exc:
             raise BookieIOError(f"fsync of entry log {self.path} failed: {exc}") from exc
 
     def close(self) -> None:
-        """Release the file descriptor."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Release the file."""
+        self.file.close()
+        self.file = CLOSED
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the log's file is still open (not closed by GC, compaction or close)."""
+        return self.file is not CLOSED
 
     def _damaged(self, offset: int, ledger_id: int, entry_id: int, what: str) -> BookieIOError:
         return BookieIOError(
@@ -184,7 +214,7 @@ class EntryLog:
             data = bytes(buf[rel + hs : rel + hs + length])
         else:
             try:
-                raw = os.pread(self.fd, _FIRST_READ, offset)
+                raw = self.file.pread(_FIRST_READ, offset)
                 if len(raw) < hs:
                     raise self._damaged(offset, ledger_id, entry_id, "is truncated (header cut off)")
                 length, crc, rlid, reid = RECORD_HEADER.unpack_from(raw)
@@ -192,7 +222,7 @@ class EntryLog:
                     data = raw[hs : hs + length]
                 else:
                     rest = hs + length - len(raw)
-                    more = os.pread(self.fd, rest, offset + len(raw))
+                    more = self.file.pread(rest, offset + len(raw))
                     if len(more) != rest:
                         raise self._damaged(offset, ledger_id, entry_id, f"is truncated (length {length})")
                     data = raw[hs:] + more
@@ -223,7 +253,7 @@ class EntryLog:
         past where a truncated file stops) is read by :meth:`read_record` itself, so the outcome
         is exactly that of reading each record on its own. Returns the bytes of data returned."""
         try:
-            raw = os.pread(self.fd, length, start)
+            raw = self.file.pread(length, start)
         except OSError:
             # Each record's own read then reports the failure with its file, offset and ids.
             raw = b""
@@ -306,8 +336,8 @@ class LogScanner:
     A bad record followed by more data is corruption: ``clean`` is False and ``error`` says where.
     """
 
-    def __init__(self, fd: int, size: int, path: Path, chunk: int = _SCAN_CHUNK) -> None:
-        self.fd = fd
+    def __init__(self, file: StorageFile, size: int, path: Path, chunk: int = _SCAN_CHUNK) -> None:
+        self.file = file
         self.size = size
         self.path = path
         self.chunk_size = chunk
@@ -322,7 +352,7 @@ class LogScanner:
         if pos < off or pos + n > off + len(self._chunk):
             want = min(max(n, self.chunk_size), self.size - pos)
             try:
-                self._chunk = os.pread(self.fd, want, pos)
+                self._chunk = self.file.pread(want, pos)
             except OSError as exc:
                 raise BookieIOError(f"entry log {self.path}: read at offset {pos} failed: {exc}") from exc
             self._chunk_off = off = pos

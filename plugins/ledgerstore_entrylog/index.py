@@ -3,16 +3,17 @@
 Slot ``e`` of the file (page ``e // slots_per_page``) holds ``((log_id << 32) | offset) + 1`` for
 entry ``e``; 0 means absent. Files are opened for each batch of page IO and closed again, so a
 bookie with many ledgers does not hold a descriptor per ledger, and a descriptor is never shared
-between threads.
+between threads. Every operation goes through the engine's file port
+(:class:`~ledgerstore.api.StorageFiles`), so the index runs over simulated files as well.
 """
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
+from ledgerstore.api import StorageFile, StorageFiles
 from ledgerstore.errors import BookieIOError, storage_write_error
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
@@ -25,114 +26,120 @@ from ledgerstore_entrylog.format import (
 __all__ = ["read_header", "read_page", "read_last_pages", "write_index", "fsync_file", "fsync_dir"]
 
 
-def read_header(path: Path) -> tuple[IndexHeader, int]:
+def read_header(files: StorageFiles, path: Path) -> tuple[IndexHeader, int]:
     """The decoded header and the file size; BookieIOError naming the file if damaged."""
     try:
-        with open(path, "rb", buffering=0) as f:
-            raw = f.read(INDEX_HEADER_SIZE)
-            size = os.fstat(f.fileno()).st_size
+        f = files.open(path, write=False)
+        try:
+            raw = f.pread(INDEX_HEADER_SIZE, 0)
+            size = f.size()
+        finally:
+            f.close()
     except OSError as exc:
         raise BookieIOError(f"cannot read index file {path}: {exc}") from exc
     return decode_index_header(raw, path), size
 
 
-def read_page(path: Path, page_no: int, page_size: int) -> array[int]:
+def read_page(files: StorageFiles, path: Path, page_no: int, page_size: int) -> array[int]:
     """Page ``page_no`` of an index file (zeros where the file is short or sparse)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        f = files.open(path, write=False)
     except FileNotFoundError:
         return page_from_bytes(b"", page_size // 8)
     except OSError as exc:
         raise BookieIOError(f"cannot open index file {path}: {exc}") from exc
     try:
-        raw = os.pread(fd, page_size, INDEX_HEADER_SIZE + page_no * page_size)
+        raw = f.pread(page_size, INDEX_HEADER_SIZE + page_no * page_size)
     except OSError as exc:
         raise BookieIOError(f"read of page {page_no} of index file {path} failed: {exc}") from exc
     finally:
-        os.close(fd)
+        f.close()
     return page_from_bytes(raw, page_size // 8)
 
 
-def read_last_pages(path: Path, file_size: int, page_size: int) -> Iterable[tuple[int, array[int]]]:
+def read_last_pages(files: StorageFiles, path: Path, file_size: int,
+                    page_size: int) -> Iterable[tuple[int, array[int]]]:
     """Pages of an index file from the last one backwards (used to find the last entry at open)."""
     n_pages = (file_size - INDEX_HEADER_SIZE + page_size - 1) // page_size
     for page_no in range(n_pages - 1, -1, -1):
-        yield page_no, read_page(path, page_no, page_size)
+        yield page_no, read_page(files, path, page_no, page_size)
 
 
-def write_index(
-    path: Path, header: bytes | None, pages: Iterable[tuple[int, array[int]]], page_size: int, keep_open: bool
-) -> int:
+def write_index(files: StorageFiles, path: Path, header: bytes | None, pages: Iterable[tuple[int, array[int]]],
+                page_size: int, keep_open: bool) -> StorageFile | None:
     """Write the header (if given) and pages in place, creating the file if needed. Returns the
-    still-open descriptor when ``keep_open`` (the caller fsyncs and closes it), else -1."""
+    still-open file when ``keep_open`` (the caller syncs and closes it), else None."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        f = files.open(path, create=True)
     except OSError as exc:
         raise storage_write_error(f"cannot open index file {path} for writing", exc) from exc
     try:
         if header is not None:
-            pwrite_all(fd, header, 0)
+            pwrite_all(f, header, 0)
         for page_no, page in pages:
-            pwrite_all(fd, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
+            pwrite_all(f, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
     except OSError as exc:
-        os.close(fd)
+        f.close()
         raise storage_write_error(f"write to index file {path} failed", exc) from exc
     if keep_open:
-        return fd
-    os.close(fd)
-    return -1
+        return f
+    f.close()
+    return None
 
 
-def pwrite_all(fd: int, data: bytes | bytearray | array[int], offset: int) -> None:
+def read_file(files: StorageFiles, path: Path) -> bytes:
+    """The whole of a small file (a ledger map). Raises OSError (FileNotFoundError)."""
+    f = files.open(path, write=False)
+    try:
+        return f.pread(f.size(), 0)
+    finally:
+        f.close()
+
+
+def pwrite_all(f: StorageFile, data: bytes | bytearray | array[int], offset: int) -> None:
     """Write all of ``data`` at ``offset``: a short write (a disk filling up) is continued, and
     one that cannot go on raises the OSError of the call that wrote nothing."""
     view = memoryview(data)
     try:
         while view:
-            n = os.pwrite(fd, view, offset)
+            n = f.pwrite(view, offset)
             offset += n
             view = view[n:]
     finally:
         view.release()
 
 
-def fsync_file(path: Path) -> None:
-    """fsync a file by path (fsync covers every descriptor's writes to the inode); a file deleted
+def fsync_file(files: StorageFiles, path: Path) -> None:
+    """Sync a file by path (fsync covers every descriptor's writes to the inode); a file deleted
     in the meantime needs no syncing."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        f = files.open(path, write=False)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise BookieIOError(f"cannot open {path} to fsync it: {exc}") from exc
     try:
-        os.fsync(fd)
+        f.sync()
     except OSError as exc:
         raise BookieIOError(f"fsync of {path} failed: {exc}") from exc
     finally:
-        os.close(fd)
+        f.close()
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so that file creations and deletions in it are durable."""
+def fsync_dir(files: StorageFiles, path: Path) -> None:
+    """Sync a directory so that file creations and deletions in it are durable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        files.sync_dir(path)
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise BookieIOError(f"cannot open directory {path} to fsync it: {exc}") from exc
-    try:
-        os.fsync(fd)
-    except OSError as exc:
         raise BookieIOError(f"fsync of directory {path} failed: {exc}") from exc
-    finally:
-        os.close(fd)
 
 
-def remove_file(path: Path) -> None:
+def remove_file(files: StorageFiles, path: Path) -> None:
     """Delete ``path``; already gone is fine, any other failure is a BookieIOError."""
     try:
-        os.unlink(path)
+        files.remove(path)
     except FileNotFoundError:
         pass
     except OSError as exc:

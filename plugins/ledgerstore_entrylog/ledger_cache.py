@@ -10,12 +10,12 @@ engine lock (:mod:`~ledgerstore_entrylog.state`); the others take it.
 from __future__ import annotations
 
 import logging
-import os
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
+from ledgerstore.api import StorageFile
 from ledgerstore.errors import BookieIOError, InvalidArgumentError, UnauthorizedAccessError
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
@@ -55,25 +55,27 @@ class LedgerCache:
         of a ledger is the last slot pointing inside an existing log). BookieIOError naming the
         file for a damaged header, a page size other than the configured one, or a ledger with
         two index files."""
+        files = self._state.files
         for dir_idx, current in enumerate(self._state.currents):
             index_root = current / "index"
-            for sub in sorted(os.listdir(index_root)):
+            for sub in sorted(files.listdir(index_root)):
                 subdir = index_root / sub
-                if not subdir.is_dir():
+                if not files.is_dir(subdir):
                     continue
-                for name in sorted(os.listdir(subdir)):
+                for name in sorted(files.listdir(subdir)):
                     if not name.endswith(".idx"):
                         continue
                     self._load_index(dir_idx, subdir / name)
 
     def _load_index(self, dir_idx: int, path: Path) -> None:
-        if path.stat().st_size == 0:
+        files = self._state.files
+        if files.size(path) == 0:
             # Created by a checkpoint that never wrote its header (a crash, or a full disk and
             # then a crash): no checkpoint covered it, so the journal still holds what it was for.
             log.warning("removing empty index file %s, left by a checkpoint that never finished", path)
-            path.unlink()
+            files.remove(path)
             return
-        header, size = read_header(path)
+        header, size = read_header(files, path)
         if path.name != f"{header.ledger_id:016x}.idx":
             raise BookieIOError(f"index file {path}: header names ledger {header.ledger_id}")
         if header.page_size != self._page_size:
@@ -99,7 +101,7 @@ class LedgerCache:
         written (by a cache eviction) for entries whose log data a machine crash lost; the
         journal replays those entries, so they must not count as stored."""
         logs = self._state.logs
-        for page_no, slots in read_last_pages(path, size, self._page_size):
+        for page_no, slots in read_last_pages(self._state.files, path, size, self._page_size):
             for i in range(len(slots) - 1, -1, -1):
                 v = slots[i]
                 if v:
@@ -196,7 +198,7 @@ class LedgerCache:
             st.dirty_ledgers.discard(ledger_id)
             st.unsynced_index.discard(led.path)
             if led.file_exists:
-                remove_file(led.path)
+                remove_file(st.files, led.path)
                 # GC fsyncs this directory before deleting any log, so a deleted ledger can
                 # never come back after a crash pointing at a log that is gone.
                 st.dirs_to_sync.add(led.path.parent)
@@ -252,7 +254,7 @@ class LedgerCache:
         while len(self._lru) >= self.max_pages:
             self._evict_one()
         if led.file_exists and page_no < led.file_pages:
-            slots = read_page(led.path, page_no, self._page_size)
+            slots = read_page(self._state.files, led.path, page_no, self._page_size)
         else:
             slots = array("Q", self._zero_page)
         page = IndexPage(led.ledger_id, page_no, slots)
@@ -275,9 +277,10 @@ class LedgerCache:
             page.dirty = False
             st.counters.dirty_evictions += 1
 
-    def write_pages(self, led: CachedLedger, pages: list[tuple[int, array[int]]], keep_open: bool) -> int:
+    def write_pages(self, led: CachedLedger, pages: list[tuple[int, array[int]]],
+                    keep_open: bool) -> StorageFile | None:
         """Write pages (and the header when new or changed) to the index file, without fsync.
-        With ``keep_open`` the open descriptor is returned for the caller to fsync and close;
+        With ``keep_open`` the open file is returned for the caller to sync and close;
         otherwise the file is remembered for the next checkpoint to sync. Lock held."""
         st = self._state
         header = None
@@ -286,14 +289,14 @@ class LedgerCache:
         if not led.file_exists:
             subdir = led.path.parent
             try:
-                subdir.mkdir()
+                st.files.mkdir(subdir)
                 st.dirs_to_sync.add(subdir.parent)
             except FileExistsError:
                 pass
             except OSError as exc:
                 raise BookieIOError(f"cannot create index directory {subdir}: {exc}") from exc
             st.dirs_to_sync.add(subdir)
-        fd = write_index(led.path, header, pages, self._page_size, keep_open)
+        f = write_index(st.files, led.path, header, pages, self._page_size, keep_open)
         led.file_exists = True
         led.header_dirty = False
         for page_no, _ in pages:
@@ -301,4 +304,4 @@ class LedgerCache:
                 led.file_pages = page_no + 1
         if not keep_open:
             st.unsynced_index.add(led.path)
-        return fd
+        return f

@@ -9,8 +9,8 @@ Every method runs under the engine lock (:mod:`~ledgerstore_entrylog.state`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
+from collections.abc import Callable
 
 from ledgerstore.errors import BookieIOError
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner
@@ -23,7 +23,7 @@ from ledgerstore_entrylog.format import (
     encode_ledger_map,
     parse_log_file_name,
 )
-from ledgerstore_entrylog.index import remove_file
+from ledgerstore_entrylog.index import pwrite_all, read_file, remove_file
 from ledgerstore_entrylog.state import EngineState
 
 __all__ = ["EntryLogs"]
@@ -41,6 +41,9 @@ class EntryLogs:
         self._sync_queue: dict[int, EntryLog] = {}
         #: set when a log is queued, and to stop the write-back thread
         self.sync_wake = threading.Event()
+        #: called when a log is queued: wakes the write-back thread, or schedules its job on the
+        #: host's loop (:meth:`Checkpointer.start <ledgerstore_entrylog.writeback.Checkpointer.start>`)
+        self.on_queued: Callable[[], object] = self.sync_wake.set
 
     # --- open -------------------------------------------------------------------------------------
 
@@ -49,11 +52,12 @@ class EntryLogs:
         when the map is missing); settle what a crash left mid-deletion or mid-compaction.
         BookieIOError naming the file for a damaged header or a log id found twice."""
         st = self._state
+        files = st.files
         seen: dict[int, EntryLog] = {}
         for dir_idx, current in enumerate(st.currents):
             try:
-                (current / "index").mkdir(parents=True, exist_ok=True)
-                names = os.listdir(current)
+                files.makedirs(current / "index")
+                names = files.listdir(current)
             except OSError as exc:
                 raise BookieIOError(f"ledger directory {current} is not usable: {exc}") from exc
             for name in sorted(names):
@@ -65,12 +69,12 @@ class EntryLogs:
                 path = current / name
                 if log_id in seen:
                     raise BookieIOError(f"entry log id {log_id:08x} exists twice: {seen[log_id].path} and {path}")
-                lg = EntryLog.open_existing(log_id, dir_idx, path)
+                lg = EntryLog.open_existing(files, log_id, dir_idx, path)
                 seen[log_id] = st.logs[log_id] = lg
                 self._load_ledger_map(lg)
             for name in names:
                 if name.endswith(".lmap") and parse_log_file_name(name[: -len(".lmap")] + ".log") not in st.logs:
-                    remove_file(current / name)  # left by a crash while its log was being deleted
+                    remove_file(files, current / name)  # left by a crash while its log was being deleted
                 elif name.endswith(".compacting"):
                     log_id = parse_log_file_name(name[: -len(".compacting")] + ".log")
                     if log_id is not None and log_id in st.logs:
@@ -78,14 +82,14 @@ class EntryLogs:
                         # copies. Compacting the log again settles it either way.
                         st.logs[log_id].must_compact = True
                     else:
-                        remove_file(current / name)
+                        remove_file(files, current / name)
         self._next_log_id = max(st.logs, default=-1) + 1
 
     def _load_ledger_map(self, lg: EntryLog) -> None:
         map_path = lg.path.with_suffix(".lmap")
         decoded = None
         try:
-            decoded = decode_ledger_map(map_path.read_bytes(), lg.log_id)
+            decoded = decode_ledger_map(read_file(self._state.files, map_path), lg.log_id)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -95,7 +99,7 @@ class EntryLogs:
             return
         if lg.written < LOG_HEADER_SIZE:
             return
-        scanner = LogScanner(lg.fd, lg.written, lg.path)
+        scanner = LogScanner(lg.file, lg.written, lg.path)
         ledgers: dict[int, int] = {}
         total = 0
         for rec in scanner:
@@ -153,7 +157,7 @@ class EntryLogs:
         log_id = self._next_log_id
         if log_id > OFFSET_MASK:
             raise BookieIOError("entry log ids are exhausted (2**32 logs); the ledger directories need a reset")
-        lg = EntryLog.create(log_id, dir_idx, st.currents[dir_idx])
+        lg = EntryLog.create(st.files, log_id, dir_idx, st.currents[dir_idx])
         self._next_log_id = log_id + 1
         st.logs[log_id] = lg
         st.active[dir_idx] = lg
@@ -186,8 +190,11 @@ class EntryLogs:
         """Write the ledger map beside a finished log (fsynced by the next checkpoint)."""
         path = lg.path.with_suffix(".lmap")
         try:
-            with open(path, "wb") as f:
-                f.write(encode_ledger_map(lg.log_id, lg.total, lg.ledgers))
+            f = self._state.files.open(path, create=True, truncate=True)
+            try:
+                pwrite_all(f, encode_ledger_map(lg.log_id, lg.total, lg.ledgers), 0)
+            finally:
+                f.close()
         except OSError as exc:
             # The map only saves a scan at open; without it nothing is lost.
             log.warning("could not write ledger map %s: %s", path, exc)
@@ -204,7 +211,7 @@ class EntryLogs:
             return
         if lg.log_id not in self._sync_queue:
             self._sync_queue[lg.log_id] = lg
-            self.sync_wake.set()
+            self.on_queued()
 
     def take_sync_queue(self) -> list[EntryLog]:
         """The logs queued for a background sync since the last call, in queueing order."""

@@ -4,9 +4,10 @@ it needs (:mod:`~ledgerstore_entrylog.state` maps them and holds the locking arg
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
-from ledgerstore.api import StorageStats
+from ledgerstore.api import OS_STORAGE_FILES, StorageFiles, StorageStats
 from ledgerstore_entrylog.compactor import Compactor
 from ledgerstore_entrylog.format import INDEX_HEADER_SIZE
 from ledgerstore_entrylog.ledger_cache import LedgerCache
@@ -34,10 +35,12 @@ class EngineParts:
 
     @classmethod
     def build(cls, ledger_dirs: list[Path], *, page_size: int, write_buffer_size: int, log_size_limit: int,
-              sync_bytes: int, max_pages: int, flush_interval: float) -> EngineParts:
-        """Compose the parts over one new state, each given what it needs."""
+              sync_bytes: int, max_pages: int, flush_interval: float, files: StorageFiles = OS_STORAGE_FILES,
+              schedule: Callable[[Callable[[], object]], object] | None = None) -> EngineParts:
+        """Compose the parts over one new state, each given what it needs (``files`` and
+        ``schedule``: :class:`~ledgerstore_entrylog.state.EngineState`)."""
         state = EngineState(ledger_dirs, page_size=page_size, write_buffer_size=write_buffer_size,
-                            log_size_limit=log_size_limit, sync_bytes=sync_bytes)
+                            log_size_limit=log_size_limit, sync_bytes=sync_bytes, files=files, schedule=schedule)
         logs = EntryLogs(state)
         cache = LedgerCache(state, logs, max_pages)
         checkpointer = Checkpointer(state, logs, cache, flush_interval)

@@ -10,10 +10,10 @@ read and verified by :class:`~ledgerstore_entrylog.entrylog.EntryLog`. Locking:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from ledgerstore.api import StorageFile
 from ledgerstore.errors import BookieIOError, LedgerStoreError, NoSuchEntryError
 from ledgerstore_entrylog.entrylog import WINDOW_TAIL
 from ledgerstore_entrylog.format import OFFSET_MASK, RECORD_HEADER_SIZE
@@ -106,7 +106,7 @@ class Reader:
         entries held each add up to ~100 ms: ``docs/performance.md``, "Catch-up reads beside
         writers"). A log compacted away meanwhile only makes this read nothing useful."""
         st = self._state
-        spans: list[tuple[int, int, int]] = []  # (fd, start, end) of nearby records of one log
+        spans: list[tuple[StorageFile, int, int]] = []  # (file, start, end) of nearby records of one log
         with st.lock:
             try:
                 led = st.ledger(ledger_id)
@@ -127,19 +127,19 @@ class Reader:
                 if lg is None or offset >= lg.written:
                     continue  # gone, or still in the write buffer
                 end = min(offset + WINDOW_TAIL, lg.written)
-                if spans and spans[-1][0] == lg.fd and offset - spans[-1][2] <= _WINDOW_GAP:
-                    fd, start, prev_end = spans[-1]
-                    spans[-1] = (fd, start, max(prev_end, end))
+                if spans and spans[-1][0] is lg.file and offset - spans[-1][2] <= _WINDOW_GAP:
+                    f, start, prev_end = spans[-1]
+                    spans[-1] = (f, start, max(prev_end, end))
                 else:
-                    spans.append((lg.fd, offset, end))
+                    spans.append((lg.file, offset, end))
                 total += end - offset  # at most each record's first read: a bound, not a sum
                 if total >= _PREFETCH_BYTES:
                     break
-        for fd, start, end in spans:
+        for f, start, end in spans:
             pos = start
             while pos < end:
                 try:
-                    got = len(os.pread(fd, min(_PREFETCH_CHUNK, end - pos), pos))
+                    got = len(f.pread(min(_PREFETCH_CHUNK, end - pos), pos))
                 except OSError:
                     break
                 if not got:
@@ -147,20 +147,15 @@ class Reader:
                 pos += got
 
     def _cold(self, loc: int) -> bool:
-        """Whether the record at ``loc`` is on file and not in the page cache. Lock held."""
+        """Whether the record at ``loc`` is on file and not in the page cache (a file system that
+        cannot tell says it is cached: :meth:`~ledgerstore.api.StorageFile.cold`). Lock held."""
         if loc < 0:
             return False  # no such entry
         lg = self._state.logs.get(loc >> 32)
         offset = loc & OFFSET_MASK
-        if lg is None or offset >= lg.written or not hasattr(os, "RWF_NOWAIT"):
+        if lg is None or offset >= lg.written:
             return False
-        try:
-            os.preadv(lg.fd, [bytearray(1)], offset, os.RWF_NOWAIT)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        return False
+        return lg.file.cold(offset)
 
     def _read_block_locked(
         self, led: CachedLedger, entry_ids: Sequence[int], block: Sequence[int], results: list[Any], budget: int

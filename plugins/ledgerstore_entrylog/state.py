@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import threading
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
+from ledgerstore.api import OS_STORAGE_FILES, StorageFiles
 from ledgerstore.errors import BookieIOError, NoSuchLedgerError
 from ledgerstore_entrylog.entrylog import EntryLog
 
@@ -124,8 +126,14 @@ class EngineState:
     open/closed flags and the counters. Every mutable field is guarded by :attr:`lock`."""
 
     def __init__(self, ledger_dirs: list[Path], *, page_size: int, write_buffer_size: int,
-                 log_size_limit: int, sync_bytes: int) -> None:
+                 log_size_limit: int, sync_bytes: int, files: StorageFiles = OS_STORAGE_FILES,
+                 schedule: Callable[[Callable[[], object]], object] | None = None) -> None:
         self.ledger_dirs = ledger_dirs
+        #: the file port every part does its file I/O through (the OS's files in production)
+        self.files = files
+        #: runs the background work (write-back syncs) as a job of the caller's loop instead of on
+        #: the engine's own threads, when given (the simulation: runs stay a function of the seed)
+        self.schedule = schedule
         #: ``<ledger dir>/current`` of each ledger directory, in configuration order
         self.currents = [d / "current" for d in ledger_dirs]
         self.page_size = page_size

@@ -9,11 +9,11 @@ argument: :mod:`~ledgerstore_entrylog.state`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
+from ledgerstore.api import StorageFile
 from ledgerstore.errors import BookieDiskFullError, BookieIOError
 from ledgerstore.stalls import peaks
 from ledgerstore_entrylog.entrylog import EntryLog
@@ -47,7 +47,14 @@ class Checkpointer:
 
     def start(self) -> None:
         """Start the background flush thread (``flush_interval`` > 0) and the write-back thread
-        (``flush_entrylog_bytes`` > 0); called once the engine is open."""
+        (``flush_entrylog_bytes`` > 0); called once the engine is open. Given the host's
+        ``schedule`` (:class:`~ledgerstore_entrylog.state.EngineState`), no thread starts: each
+        time a log is queued, one :meth:`sync_queued` is scheduled on the host's loop."""
+        schedule = self._state.schedule
+        if schedule is not None:
+            if self._state.sync_bytes > 0:
+                self._logs.on_queued = lambda: schedule(self.sync_queued)
+            return
         if self._flush_interval > 0:
             self._flusher = threading.Thread(target=self._flush_loop, name="entrylog-flush", daemon=True)
             self._flusher.start()
@@ -67,52 +74,59 @@ class Checkpointer:
 
     def _sync_loop(self) -> None:
         """Write-back thread: fdatasync the logs :meth:`EntryLogs.note_written` queued."""
-        st = self._state
         wake = self._logs.sync_wake
         while True:
             wake.wait()
             wake.clear()
-            if self._stop.is_set():
+            if self._stop.is_set() or not self.sync_queued():
                 return
-            jobs: list[tuple[EntryLog, int, int]] = []
-            try:
-                with st.lock:
-                    for lg in self._logs.take_sync_queue():
-                        # GC and compaction take a log out of state.logs under this lock before they
-                        # close and delete it, and close() closes logs under it: a log still in
-                        # state.logs here is open and its file exists until the lock is released. A
-                        # descriptor of our own cannot be closed or reused under the sync, and
-                        # an error the sync meets is still reported to the checkpoint's fsync
-                        # through the log's descriptor (errors are tracked per open file).
-                        if st.closed or st.logs.get(lg.log_id) is not lg or lg.fd < 0:
-                            continue
-                        try:
-                            fd = os.open(lg.path, os.O_RDONLY | os.O_CLOEXEC)
-                        except OSError as exc:
-                            # Nothing is lost: the checkpoint still syncs the log.
-                            log.warning("write-back skips entry log %s: %s", lg.path, exc)
-                            continue
-                        jobs.append((lg, fd, lg.written - lg.synced_to))
-                        lg.synced_to = lg.written
-                for lg, fd, nbytes in jobs:
+
+    def sync_queued(self) -> bool:
+        """One round of write-back: fdatasync the logs queued since the last round. False once
+        write-back must stop (a sync failed, or the engine closed while it ran)."""
+        st = self._state
+        jobs: list[tuple[EntryLog, StorageFile, int]] = []
+        try:
+            with st.lock:
+                if st.flush_failure:
+                    return False
+                for lg in self._logs.take_sync_queue():
+                    # GC and compaction take a log out of state.logs under this lock before they
+                    # close and delete it, and close() closes logs under it: a log still in
+                    # state.logs here is open and its file exists until the lock is released. A
+                    # file of our own cannot be closed or reused under the sync, and an error
+                    # the sync meets is still reported to the checkpoint's fsync through the
+                    # log's own file (errors are tracked per open file).
+                    if st.closed or st.logs.get(lg.log_id) is not lg or not lg.is_open:
+                        continue
                     try:
-                        t0 = time.perf_counter()
-                        os.fdatasync(fd)
-                        peaks.observe("writeback_sync", time.perf_counter() - t0)
+                        f = st.files.open(lg.path, write=False)
                     except OSError as exc:
-                        if st.closed:
-                            return
-                        # What reached the disk is unknown: refuse checkpoints as a failed flush does.
-                        msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
-                        st.flush_failure = st.flush_failure or msg
-                        log.error("%s; write-back stopped and the next flush() will fail", msg)
-                        return
-                    with st.lock:
-                        st.counters.background_syncs += 1
-                        st.counters.background_sync_bytes += nbytes
-            finally:
-                for _, fd, _ in jobs:
-                    os.close(fd)
+                        # Nothing is lost: the checkpoint still syncs the log.
+                        log.warning("write-back skips entry log %s: %s", lg.path, exc)
+                        continue
+                    jobs.append((lg, f, lg.written - lg.synced_to))
+                    lg.synced_to = lg.written
+            for lg, f, nbytes in jobs:
+                try:
+                    t0 = time.perf_counter()
+                    f.datasync()
+                    peaks.observe("writeback_sync", time.perf_counter() - t0)
+                except OSError as exc:
+                    if st.closed:
+                        return False
+                    # What reached the disk is unknown: refuse checkpoints as a failed flush does.
+                    msg = f"background fdatasync of entry log {lg.path} failed: {exc}"
+                    st.flush_failure = st.flush_failure or msg
+                    log.error("%s; write-back stopped and the next flush() will fail", msg)
+                    return False
+                with st.lock:
+                    st.counters.background_syncs += 1
+                    st.counters.background_sync_bytes += nbytes
+        finally:
+            for _, f, _ in jobs:
+                f.close()
+        return True
 
     def flush(self) -> None:
         """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
@@ -154,10 +168,11 @@ class Checkpointer:
             dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for lg, _ in logs:
             lg.fsync()
+        files = st.files
         for p in maps:
-            fsync_file(p)
+            fsync_file(files, p)
         for d in dirs:
-            fsync_dir(d)
+            fsync_dir(files, d)
         with st.lock:
             for lg, written in logs:
                 if lg.written == written:
@@ -169,7 +184,7 @@ class Checkpointer:
         written_pages: set[int] = set()  # pages of todo[i] already written by this flush
         while i < len(todo):
             start = i
-            opened: list[tuple[int, Path]] = []
+            opened: list[tuple[StorageFile, Path]] = []
             try:
                 with st.lock:
                     # Pages may have gained slots since step 1: keep their records ahead of them.
@@ -187,8 +202,9 @@ class Checkpointer:
                             i, written_pages = i + 1, set()
                             continue
                         part = dirty[:budget]
-                        fd = self._cache.write_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
-                        opened.append((fd, led.path))
+                        f = self._cache.write_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
+                        assert f is not None
+                        opened.append((f, led.path))
                         for pg in part:
                             pg.dirty = False
                         budget -= max(1, len(part))
@@ -196,9 +212,9 @@ class Checkpointer:
                             i, written_pages = i + 1, set()
                         else:  # the rest of this ledger's pages in the next hold
                             written_pages.update(pg.page_no for pg in part)
-                for fd, path in opened:
+                for f, path in opened:
                     try:
-                        os.fsync(fd)
+                        f.sync()
                     except OSError as exc:
                         raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
             except BookieDiskFullError:
@@ -210,16 +226,16 @@ class Checkpointer:
                     st.dirty_ledgers.update(todo[start:])
                 raise
             finally:
-                for fd, _ in opened:
-                    os.close(fd)
+                for f, _ in opened:
+                    f.close()
         # 3. Index files written by cache evictions, and directories of created/deleted files.
         with st.lock:
             paths, st.unsynced_index = st.unsynced_index, set()
             dirs, st.dirs_to_sync = st.dirs_to_sync, set()
         for p in paths:
-            fsync_file(p)
+            fsync_file(files, p)
         for d in dirs:
-            fsync_dir(d)
+            fsync_dir(files, d)
 
     def close(self) -> None:
         """Stop the background threads, then checkpoint, finish the active logs (writing their
@@ -245,9 +261,9 @@ class Checkpointer:
                 for lg in logs:
                     lg.fsync()
                 for p in maps:
-                    fsync_file(p)
+                    fsync_file(st.files, p)
                 for d in dirs:
-                    fsync_dir(d)
+                    fsync_dir(st.files, d)
             finally:
                 with st.lock:
                     st.closed = True

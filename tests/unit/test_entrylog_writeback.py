@@ -95,6 +95,29 @@ def test_log_is_synced_in_the_background_without_a_flush(tmp_path: Path, syncs: 
         e.close()
 
 
+def test_given_a_scheduler_the_write_back_runs_as_its_jobs_and_no_thread_starts(
+        tmp_path: Path, syncs: SyncRecorder) -> None:
+    """A host with a loop of its own (the simulation) hands the engine ``schedule``: each log
+    queued for write-back schedules one job, nothing is synced until the host runs it, and no
+    write-back or flush thread starts."""
+    jobs: list[Callable[[], object]] = []
+    e = EntryLogStorage([tmp_path], write_buffer_size=64 * KiB, flush_entrylog_bytes=256 * KiB, flush_interval=1.0,
+                        schedule=jobs.append)
+    e.open()
+    try:
+        assert writeback_threads() == []
+        assert not [t for t in threading.enumerate() if t.name == "entrylog-flush"]
+        add_bytes(e, 1, 0, 1024 * KiB)
+        assert jobs, "no write-back job was scheduled"
+        assert syncs.inodes == []
+        while jobs:
+            jobs.pop(0)()
+        assert active_log(tmp_path).stat().st_ino in syncs.inodes
+        assert e.stats().extra["background_sync_bytes"] >= 768 * KiB
+    finally:
+        e.close()
+
+
 def test_below_the_threshold_nothing_is_synced(tmp_path: Path, syncs: SyncRecorder) -> None:
     e = EntryLogStorage([tmp_path], write_buffer_size=64 * KiB, flush_entrylog_bytes=1024 * KiB)
     e.open()

@@ -1,5 +1,6 @@
 """The plugin interfaces (four backend slots and the protocol handlers). Plugins import from here (and from :mod:`ledgerstore.errors`)."""
 
+from ledgerstore.api.files import OS_STORAGE_FILES, OsStorageFiles, StorageFile, StorageFiles
 from ledgerstore.api.metadata import (
     ANY_VERSION,
     CHILDREN_PAGE,
@@ -41,6 +42,7 @@ __all__ = [
     "CHILDREN_PAGE",
     "DEFAULT_MAX_FRAME_SIZE",
     "NOT_EXISTS",
+    "OS_STORAGE_FILES",
     "BookieInfo",
     "Connection",
     "EventType",
@@ -53,11 +55,14 @@ __all__ = [
     "ProtocolHandler",
     "Server",
     "OptionInfo",
+    "OsStorageFiles",
     "ServerConnection",
     "ServerLimits",
     "SessionEvent",
     "SessionListener",
     "StorageEngine",
+    "StorageFile",
+    "StorageFiles",
     "StorageStats",
     "Subscription",
     "Transport",
