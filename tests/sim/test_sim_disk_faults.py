@@ -27,22 +27,27 @@ def teardown_module() -> None:
     logging.disable(logging.NOTSET)
 
 
-def test_a_flipped_bit_fails_the_digest_and_the_entry_is_read_from_another_replica() -> None:
+def test_a_flipped_bit_fails_the_entry_logs_checksum_and_the_entry_is_read_from_another_replica() -> None:
+    """The bookies' entry-log engine reads the damaged record, its CRC32C fails, the bookie
+    answers with an error and the client reads the entry from the one healthy replica."""
     async def scenario(world: World) -> tuple[list[bytes], int]:
         await world.start_bookies()
         lh = await closed_ledger(world, 30, "entry {}")
+        for b in world.bookies:  # a checkpoint: the entries leave the engines' write buffers for the files
+            assert b.bookie is not None
+            b.bookie.checkpoint()
         for b in world.bookies:  # every read of two of the three replicas comes back damaged
             if b.bookie_id != lh.metadata.ensembles[0][1][2]:
-                b.engine_disk.faults = DiskFaults(flip=1.0, rng=random.Random(1))
+                b.disk_faults = DiskFaults(flip=1.0, rng=random.Random(1))
         reader = await world.client("reader").start()
         rh = await reader.open_ledger(lh.ledger_id, b"sim", recovery=False)
         entries = await rh.read(0, 29)
-        flipped = sum(e.flipped for b in world.bookies if (e := b.engine()) is not None)
+        flipped = sum(b.files.flipped for b in world.bookies)
         return [e.payload for e in entries], flipped
 
     payloads, flipped = in_world(0, 3, scenario)
     assert payloads == [f"entry {i}".encode() for i in range(30)]
-    assert flipped >= 30
+    assert flipped >= 2  # a window of records is one read: one flip damages one record of it
 
 
 def test_a_disk_that_fails_every_write_moves_the_writer_to_another_bookie() -> None:
@@ -52,7 +57,7 @@ def test_a_disk_that_fails_every_write_moves_the_writer_to_another_bookie() -> N
         lh = await writer.create_ledger(3, 3, 3, password=b"sim")
         await lh.append(b"before")
         failing = world.bookie(lh.metadata.ensembles[0][1][0].split(":")[0])
-        failing.engine_disk.faults = DiskFaults(write_error=1.0)
+        failing.disk_faults = DiskFaults(write_error=1.0)
         ids = [await lh.append(f"after {i}".encode()) for i in range(10)]
         await lh.close()
         reader = await world.client("reader").start()
@@ -74,8 +79,9 @@ def test_a_full_disk_fails_its_adds_and_the_writer_carries_on() -> None:
         writer = await world.client("writer").start()
         lh = await writer.create_ledger(3, 2, 2, password=b"sim")
         full = world.bookie(lh.metadata.ensembles[0][1][0].split(":")[0])
-        full.engine_disk.faults = DiskFaults(write_error=1.0, full=True)
-        ids = [await lh.append(f"{i}".encode()) for i in range(10)]
+        full.disk_faults = DiskFaults(write_error=1.0, full=True)
+        # entries larger than the engine's write buffer: each add writes to the (full) disk
+        ids = [await lh.append(f"{i}".encode() * 1024) for i in range(10)]
         return ids, lh.metadata.ensembles[-1][1], full.bookie_id
 
     ids, ensemble, full = in_world(0, 4, scenario)
@@ -129,9 +135,8 @@ def test_a_journal_fault_loses_no_entry_the_bookie_acknowledged(kind: str) -> No
         while not back.is_set() or len(acked) < 20:
             acked.append(await lh.append(str(len(acked)).encode()))
             await asyncio.sleep(0.1)
-        engine = node.engine()
-        assert engine is not None
-        stored = set(engine.ledgers[lh.ledger_id].entries)
+        assert node.engine() is not None
+        stored = node.stored([lh.ledger_id])[lh.ledger_id]
         await lh.close()
         reader = await world.client("reader").start()
         rh = await reader.open_ledger(lh.ledger_id, b"sim")

@@ -118,8 +118,7 @@ class AutoRecovery:
     def wipe(self, node: SimBookie, restart_after: float) -> None:
         """Lose ``node``'s disks and cookie, and start it again after ``restart_after`` seconds."""
         mine = [md for md in self._ledgers() if node.bookie_id in md.bookies()]
-        engine = node.engine()
-        held = {} if engine is None else {lid: set(led.entries) for lid, led in engine.ledgers.items()}
+        held = node.stored()
         for md in mine:
             for first, last, ensemble in md.fragment_ranges():
                 if node.bookie_id not in ensemble:
@@ -192,7 +191,7 @@ class AutoRecovery:
         return self.world.meta.ledger(ledger_id)
 
     def check(self) -> None:
-        engines = {b.bookie_id: b.engine() for b in self.world.bookies}
+        stored = {b.bookie_id: b.stored() for b in self.world.bookies}
         ledgers = {md.ledger_id: md for md in self._ledgers()}
         for md in ledgers.values():
             for first, bookies in md.ensembles:
@@ -208,8 +207,7 @@ class AutoRecovery:
             if start != first:
                 continue  # not acknowledged then: an ensemble change gave it to a later fragment
             holder = now[index]
-            eng = engines.get(holder)
-            if eng is None or eid not in eng.ledgers.get(lid, _NOTHING).entries:
+            if eid not in stored.get(holder, {}).get(lid, ()):
                 missing.append(f"L{lid} e{eid} at {holder} (was {was})")
         if missing:
             self.run.violation(f"auto-recovery: {len(missing)} copies lost with a wiped bookie were not "
@@ -219,10 +217,3 @@ class AutoRecovery:
     async def stop(self) -> None:
         for svc in self.services:
             await svc.stop()
-
-
-class _Nothing:
-    entries: dict[int, bytes] = {}
-
-
-_NOTHING = _Nothing()

@@ -11,12 +11,13 @@ and faults aimed at a step of the journal's protocol, on the bookie's simulated 
 - ``crash-in-checkpoint``: the bookie crashes inside its next checkpoint, after the storage
   engine flushed and before the journal's LastLogMark moved.
 
-The faults live on the bookie's :class:`~ledgerstore.sim.disk.EngineDisk` (see
-:class:`~ledgerstore.sim.disk.DiskFaults`) and hit the process running when they were drawn: a
+The faults live on the bookie's simulated files (:attr:`SimBookie.disk_faults
+<ledgerstore.sim.world.SimBookie.disk_faults>`, a :class:`~ledgerstore.sim.disk.DiskFaults`)
+and hit the process running when they were drawn: a
 bookie that crashes and restarts replays its journal on a disk that works (a restart that
 cannot replay is a bookie that stays down, which the schedule counts as a failure). A flipped
-bit must never reach an application: the entry's digest fails and the client reads it from
-another replica; the schedule's final checks read every acknowledged entry back with its
+bit must never reach an application: the entry log's CRC32C fails (or, past it, the entry's
+digest) and the client reads it from another replica; the schedule's final checks read every acknowledged entry back with its
 payload, and :attr:`DiskFaultSchedule.stats` counts the flipped reads served.
 """
 
@@ -97,8 +98,8 @@ class DiskFaultSchedule:
                 continue
             faults = DiskFaults(write_error=0.0 if kind == "flip" else p, full=kind == "enospc",
                                 flip=p if kind == "flip" else 0.0, rng=self.world.rng_for(f"{node.name}.disk.{n}"),
-                                engine=engine)
-            node.engine_disk.faults = faults
+                                generation=node.files.generation)
+            node.disk_faults = faults
             self.stats["disk_faults"] += 1
             self.world.trace("disk.fault", f"{node.name} {kind} p={p:g} for {hold:.3f}s")
             self.loop.call_later(hold, self._clear, node, faults)
@@ -117,13 +118,13 @@ class DiskFaultSchedule:
             self.run.violation(f"{node.name} did not restart: {exc}")
 
     def _clear(self, node: SimBookie, faults: DiskFaults) -> None:
-        if node.engine_disk.faults is faults:
-            node.engine_disk.faults = DiskFaults()
+        if node.disk_faults is faults:
+            node.disk_faults = DiskFaults()
             self.world.trace("disk.healed", node.name)
 
     def flipped(self) -> int:
-        """Reads answered with a flipped bit by the bookies running now."""
-        return sum(e.flipped for b in self.world.bookies if (e := b.engine()) is not None)
+        """Reads answered with a flipped bit by the bookies' disks."""
+        return sum(b.files.flipped for b in self.world.bookies)
 
 
 def aim_journal_fault(node: SimBookie, kind: str, then: Callable[[], None] = lambda: None) -> None:

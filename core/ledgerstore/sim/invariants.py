@@ -243,7 +243,7 @@ async def check_ledger(run: RunView, led: Ledger, reader: Client) -> None:
             run.violation(f"ledger {lid}: a tailing reader given LAC {lac} read entry {eid} as {payload!r}, but the "
                           f"ledger closed at {md.last_entry_id} holds {got.get(eid)!r}", TAIL_READS_COMMITTED)
             break
-    engines = {b.bookie_id: b.engine() for b in run.world.bookies}
+    stored = {b.bookie_id: b.stored([lid]).get(lid, set()) for b in run.world.bookies}
     for eid in acked:
         if eid > md.last_entry_id:
             continue
@@ -251,16 +251,8 @@ async def check_ledger(run: RunView, led: Ledger, reader: Client) -> None:
         holders = [ensemble[i] for i in md.write_set(eid)]
         have = 0
         for bid in holders:
-            eng = engines.get(bid)
-            if eng is not None and eid in eng.ledgers.get(lid, _NO_LEDGER).entries:
+            if eid in stored.get(bid, ()):
                 have += 1
         if have < md.ack_quorum:
             run.violation(f"ledger {lid}: acknowledged entry {eid} is on {have} of its write set {holders} "
                           f"(Qa {md.ack_quorum})", ACK_QUORUM)
-
-
-class _Empty:
-    entries: dict[int, bytes] = {}
-
-
-_NO_LEDGER: Any = _Empty()

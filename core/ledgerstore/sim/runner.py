@@ -25,6 +25,7 @@ from ledgerstore.sim.logs import LogWorkload
 from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
 from ledgerstore.sim.readonly import ReadOnlySpells
+from ledgerstore.sim.scratch import ScratchLedgers
 from ledgerstore.sim.workload import LedgerWorkload
 from ledgerstore.sim.world import World
 
@@ -63,7 +64,7 @@ class Shape:
 
 
 #: the parts of a run's workload that shrinking may leave out
-PARTS = ("logs", "autorecovery", "disk-faults", "tailer")
+PARTS = ("logs", "autorecovery", "disk-faults", "tailer", "scratch")
 FULL = Shape()
 
 
@@ -145,6 +146,9 @@ async def _scenario(run: Run) -> None:
     disks = DiskFaultSchedule(run)  # failed writes and flipped bits (ledgerstore.sim.diskfaults)
     if shape.has("disk-faults"):
         disks.start()
+    scratch = ScratchLedgers(w, d * 0.9)  # ledgers written and deleted: work for GC and compaction
+    if shape.has("scratch"):
+        loop.create_task(scratch.run(await w.client("scratch").start()), name="scratch")
     faults = draw_faults(run.rng, ["writer", "recoverer"], [b.name for b in w.bookies], d, random_faults)
     run.stats["faults"] = len(faults)
     faults = [f for i, f in enumerate(faults) if i not in run.skip]
@@ -189,9 +193,24 @@ async def _scenario(run: Run) -> None:
         else:
             await invariants.check_ledger(run, led, reader)
     run.stats.update(disks.stats, flipped_reads=disks.flipped())
+    run.stats.update(scratch.stats, **engine_stats(w))
     run.stats.update(run.read_only.stats)
     run.stats["ledgers"] = len(run.ledgers)
     run.stats["acked"] = sum(len(led.acked) for led in run.ledgers)
+
+
+def engine_stats(world: World) -> dict[str, int]:
+    """What the running bookies' storage engines did: GC passes, compactions, bytes reclaimed."""
+    totals = {"engine_gc_runs": 0, "engine_compactions": 0, "engine_bytes_reclaimed": 0}
+    for b in world.bookies:
+        engine = b.engine()
+        if engine is None:
+            continue
+        st = engine.stats()
+        totals["engine_gc_runs"] += st.gc_runs
+        totals["engine_compactions"] += int(st.extra.get("compactions", 0))
+        totals["engine_bytes_reclaimed"] += st.bytes_reclaimed
+    return totals
 
 
 def run_seed(seed: int, *, bookies: int = 5, duration: float = 60.0,

@@ -12,21 +12,32 @@ import logging
 import random
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ledgerstore import plugins
+from ledgerstore.api import StorageEngine
 from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.server import Bookie
 from ledgerstore.client.client import Client
 from ledgerstore.config import BookieConfig, ClientConfig
-from ledgerstore.sim.disk import EngineDisk, SimStorageEngine
-from ledgerstore.sim.files import SimFileSystem
+from ledgerstore.sim.disk import DiskFaults
+from ledgerstore.sim.files import SimFileSystem, SimProcessFiles
 from ledgerstore.sim.loop import VirtualTimeLoop
 from ledgerstore.sim.metadata import SimMetadata, SimMetadataStore
 from ledgerstore.sim.network import SimNetwork, SimTransport
 from ledgerstore.sim.trace import Trace
 
 log = logging.getLogger(__name__)
+
+#: the storage engine the simulated bookies run, over their simulated files
+STORAGE = "entrylog"
+#: its options: small buffers, pages, cache and logs, so that a run of a few hundred small
+#: entries meets what a production bookie meets over hours: buffers written out, background
+#: syncs, dirty pages evicted, logs rolled, and logs sparse enough to compact
+STORAGE_OPTIONS = {"write_buffer_size": 2048, "flush_entrylog_bytes": 8192, "page_size": 128,
+                   "page_limit_bytes": 2048, "entry_log_size_limit": 16384}
 
 
 class SimBookie:
@@ -40,12 +51,14 @@ class SimBookie:
         root = world.tmp / self.name
         self.config = BookieConfig(
             metadata=f"sim://{self.name}", listen=self.address, journal_dir=str(root / "journal"),
-            ledger_dirs=[str(root / "ledgers")], storage="sim", auto_init_cluster=True,
-            flush_interval_ms=world.rng_for(f"{self.name}.flush").randint(1000, 10_000),
-            gc_wait_time_ms=0, metadata_start_retry_s=0.0)
-        #: the machine's files (the journal's), which outlive its processes
-        self.files = SimFileSystem(world.rng_for(f"{self.name}.files"))
-        self.engine_disk = EngineDisk()
+            ledger_dirs=[str(root / "ledgers")], storage=STORAGE, storage_options=STORAGE_OPTIONS,
+            auto_init_cluster=True, flush_interval_ms=world.rng_for(f"{self.name}.flush").randint(1000, 10_000),
+            metadata_start_retry_s=0.0,
+            # garbage collection every few seconds, compactions soon after (virtual time)
+            gc_wait_time_ms=3000, minor_compaction_threshold=0.5, minor_compaction_interval_s=4,
+            major_compaction_threshold=0.9, major_compaction_interval_s=15)
+        #: the machine's files (the journal's and the storage engine's), which outlive its processes
+        self.files = self._new_disks(world.rng_for(f"{self.name}.files"))
         self.bookie: Bookie | None = None
         self.store: SimMetadataStore | None = None
         self._incarnation = 0
@@ -75,18 +88,22 @@ class SimBookie:
         fsync = w.rng_for(f"{self.name}.journal.{self._incarnation}")
         journal = functools.partial(Journal, files=self.files,
                                     commit_on_loop=functools.partial(fsync.uniform, 0.0005, 0.004))
+        # the production entry-log engine on the same simulated files, its write-back run as
+        # callbacks of the loop instead of on its thread
+        engine = plugins.construct("storage", STORAGE, plugins.load_driver("storage", STORAGE),
+                                   [Path(d) for d in self.config.ledger_dirs], options=STORAGE_OPTIONS,
+                                   files=SimProcessFiles(self.files), schedule=w.loop.call_soon)
         bookie = Bookie(self.config, metadata_store=self.store, transport=SimTransport(w.net, self.name),
-                        engine=SimStorageEngine([Path(d) for d in self.config.ledger_dirs], disk=self.engine_disk),
-                        journal_factory=journal)
+                        engine=engine, journal_factory=journal)
         await bookie.start()
         self.bookie = bookie
         w.trace("bookie.start", f"{self.name} #{self._incarnation}")
 
     def crash(self, *, tear: bool = False) -> None:
         """Kill the process (the bookie's :meth:`~Bookie.abort`): no clean stop, connections
-        break, the metadata session ends; on the disks, journal bytes not synced are lost (with
-        ``tear``, a random prefix of the last write stays: a torn write) and so is the engine's
-        unflushed state."""
+        break, the metadata session ends; on the disks, every byte not synced is lost, the
+        journal's and the storage engine's (with ``tear``, a random prefix of the last write
+        stays: a torn write)."""
         b = self.bookie
         if b is None:
             return
@@ -95,18 +112,46 @@ class SimBookie:
         if self.store is not None:
             self.store.crash()
         lost = self.files.crash(tear=tear)
-        self.world.trace("bookie.crash", f"{self.name} lost {lost} journal bytes" + (" (torn)" if tear else ""))
+        self.world.trace("bookie.crash", f"{self.name} lost {lost} unsynced bytes" + (" (torn)" if tear else ""))
+
+    def _new_disks(self, rng: random.Random) -> SimFileSystem:
+        return SimFileSystem(rng, engine_roots=tuple(Path(d) for d in self.config.ledger_dirs))
 
     def wipe_disks(self) -> None:
         """New, empty disks (the bookie is down): as after ``bookieformat``."""
-        self.files = SimFileSystem(self.world.rng_for(f"{self.name}.files.{self._incarnation}"))
-        self.engine_disk = EngineDisk()
+        self.files = self._new_disks(self.world.rng_for(f"{self.name}.files.{self._incarnation}"))
 
-    def engine(self) -> SimStorageEngine | None:
+    @property
+    def disk_faults(self) -> DiskFaults:
+        """How the ledger disk misbehaves now (:class:`~ledgerstore.sim.disk.DiskFaults`)."""
+        return self.files.disk
+
+    @disk_faults.setter
+    def disk_faults(self, faults: DiskFaults) -> None:
+        self.files.disk = faults
+
+    def engine(self) -> StorageEngine | None:
         """The running process's storage engine (what it serves reads from)."""
-        if self.bookie is None or not isinstance(self.bookie.engine, SimStorageEngine):
-            return None
-        return self.bookie.engine
+        return None if self.bookie is None else self.bookie.engine
+
+    def stored(self, ledger_ids: Iterable[int] | None = None) -> dict[int, set[int]]:
+        """The entries the running process's engine holds, by ledger (of ``ledger_ids``, or
+        every ledger it stores), read through the engine's own API with the disk's faults held
+        off (nothing if the bookie is down): what the final checks count as stored."""
+        engine = self.engine()
+        if engine is None:
+            return {}
+        faults, self.files.disk = self.files.disk, DiskFaults()
+        try:
+            held: dict[int, set[int]] = {}
+            for lid in engine.list_ledgers() if ledger_ids is None else ledger_ids:
+                if not engine.has_ledger(lid):
+                    continue
+                got = engine.get_entries(lid, range(engine.last_entry_id(lid) + 1))
+                held[lid] = {eid for eid, r in enumerate(got) if isinstance(r, bytes)}
+            return held
+        finally:
+            self.files.disk = faults
 
 
 class World:
