@@ -11,6 +11,17 @@ and faults aimed at a step of the journal's protocol, on the bookie's simulated 
 - ``crash-in-checkpoint``: the bookie crashes inside its next checkpoint, after the storage
   engine flushed and before the journal's LastLogMark moved.
 
+And faults aimed at a step of the entry-log engine's own protocol (:data:`STORAGE_FAULTS`),
+timed by the engine's file operations, each a crash and a restart:
+
+- ``crash-in-compaction-copied``: inside a compaction, once the live entries were copied to
+  the active log, as the copies are synced (the index still points at the old log);
+- ``crash-in-compaction-indexed``: inside a compaction, as the first index file is synced
+  after the copies were (the index may point at the copies, not durably);
+- ``crash-in-compaction-before-delete``: inside a compaction, once the index pointing at the
+  copies is durable, as the old log's files are removed;
+- ``crash-in-gc``: inside a GC pass, as the index file of a deleted ledger is removed.
+
 The faults live on the bookie's simulated files (:attr:`SimBookie.disk_faults
 <ledgerstore.sim.world.SimBookie.disk_faults>`, a :class:`~ledgerstore.sim.disk.DiskFaults`)
 and hit the process running when they were drawn: a
@@ -45,7 +56,19 @@ JOURNAL_FAULTS: dict[str, tuple[str, str | int]] = {
     "fsync-fail": ("sync", errno.EIO),
     "crash-in-checkpoint": ("replace", "crash"),  # the LastLogMark, after the engine's flush
 }
-KINDS = ("eio", "enospc", "flip", "flip", *JOURNAL_FAULTS)
+#: storage fault -> the chain of engine file operations it waits for, each as (op, file suffix):
+#: the bookie crashes as the last one starts
+STORAGE_FAULTS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "crash-in-compaction-copied": (("engine.create", (".compacting",)), ("engine.sync", (".log",))),
+    "crash-in-compaction-indexed": (("engine.create", (".compacting",)), ("engine.sync", (".log",)),
+                                    ("engine.sync", (".idx",))),
+    "crash-in-compaction-before-delete": (("engine.create", (".compacting",)), ("engine.remove", (".lmap", ".log"))),
+    "crash-in-gc": (("engine.remove", (".idx",)),),
+}
+KINDS = ("eio", "enospc", "flip", "flip", *JOURNAL_FAULTS, *STORAGE_FAULTS)
+#: the directed scenarios of this schedule (``ledgerstore sim --scenario``): that fault alone,
+#: aimed at a bookie about every 8 s
+DIRECTED = ("crash-in-checkpoint", *STORAGE_FAULTS)
 #: at most this many bookies down at once (as the schedule's crashes)
 MAX_DOWN = 2
 #: seconds a bookie whose journal failed runs on, refusing adds, before it is stopped
@@ -62,11 +85,13 @@ class DiskFaultSchedule:
         self.rng = run.world.rng_for("disk-faults")
         self.stats: dict[str, int] = {"disk_faults": 0}
         self._task: asyncio.Task[None] | None = None
+        #: a directed scenario aimed at a storage or journal step: only that fault is drawn
+        self.directed = run.scenario in DIRECTED
 
     def start(self) -> None:
         """Draw faults from now until the end of the run (when the run's fault kinds allow
         crashes: a failing disk is a fault of the machine, as a crash is)."""
-        if "crash" in self.run.kinds:
+        if "crash" in self.run.kinds or self.directed:
             self._task = self.loop.create_task(self._draw(), name="disk-faults")
 
     async def _draw(self) -> None:
@@ -78,22 +103,26 @@ class DiskFaultSchedule:
             if self.loop.time() > until or self.run.healed:
                 return
             node = rng.choice(self.world.bookies)
-            kind = rng.choice(KINDS)
+            kind = self.run.scenario if self.directed else rng.choice(KINDS)
+            assert kind is not None
             p = rng.choice((0.05, 0.3, 1.0))
             hold = min(rng.uniform(0.5, 10.0), self.run.duration - self.loop.time())
             n += 1
             engine = node.engine()
             if engine is None:
                 continue  # the bookie is down: its disk is not in use
-            if kind in JOURNAL_FAULTS:
-                # armed until a step of the journal meets it, or the spell ends: early enough that
-                # a failed journal's bookie is stopped before the heal, which restarts it
+            if kind in JOURNAL_FAULTS or kind in STORAGE_FAULTS:
+                # armed until a step of the journal (or the engine) meets it, or the spell ends:
+                # early enough that a failed journal's bookie is stopped before the heal, which
+                # restarts it
                 armed = min(hold, self.run.duration - self.loop.time() - 2 * FAILED_FOR)
-                if "journal" in self.run.kinds and armed > 0 and \
+                family = "journal" if kind in JOURNAL_FAULTS else "storage"
+                if (family in self.run.kinds or self.directed) and armed > 0 and \
                         sum(not b.running for b in self.world.bookies) < MAX_DOWN:
                     self.stats["disk_faults"] += 1
                     self.world.trace("disk.fault", f"{node.name} {kind} for {armed:.3f}s, back {hold:.3f}s after")
-                    aim_journal_fault(node, kind, self._restart_after(node, hold))
+                    aim = aim_journal_fault if family == "journal" else aim_storage_fault
+                    aim(node, kind, self._restart_after(node, hold))
                     self.loop.call_later(armed, node.files.disarm)
                 continue
             faults = DiskFaults(write_error=0.0 if kind == "flip" else p, full=kind == "enospc",
@@ -152,3 +181,26 @@ def _stop(node: SimBookie, then: Callable[[], None]) -> None:
     if node.running:
         node.crash()
         then()
+
+
+def aim_storage_fault(node: SimBookie, kind: str, then: Callable[[], None] = lambda: None) -> None:
+    """Aim a fault of ``kind`` (a key of :data:`STORAGE_FAULTS`) at ``node``'s storage engine:
+    each step of its chain arms the next as it is met, and the bookie crashes as the last one
+    starts (before it takes effect); ``then()`` runs once it crashed."""
+    steps = STORAGE_FAULTS[kind]
+
+    def arm(i: int) -> None:
+        op, suffixes = steps[i]
+
+        def hit(path: Path) -> None:
+            if i + 1 < len(steps):
+                arm(i + 1)
+                return
+            node.world.trace("disk.storage", f"{node.name} {kind}: {op} of {path.name}")
+            if node.running:
+                node.crash()
+                then()
+
+        node.files.on_next(op, hit, lambda path: path.name.endswith(suffixes))
+
+    arm(0)

@@ -21,15 +21,19 @@ from ledgerstore.sim.world import World
 #: every kind of fault a schedule may draw
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
                "slow-bookie", "hold-link", "stop-at-add", "read-only", "journal", "lost-answer", "fence-restart",
-               "recovery-race", "client-restart")
+               "recovery-race", "client-restart",
+               "storage")  # crashes inside the entry-log engine's checkpoint, compaction, GC (ledgerstore.sim.diskfaults)
 #: kinds aimed at one recovery: drawn only around recoveries (:meth:`FaultInjector.around_recovery`)
 AROUND_ONLY = frozenset({"fence-restart", "recovery-race"})
 #: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``, ``ledgerstore.sim.diskfaults``
 #: for the faults aimed at the journal's steps, ``ledgerstore.sim.logs``) or only around recoveries,
 #: not by :func:`draw_faults`
-OWN_SCHEDULE = frozenset({"read-only", "journal", "client-restart"}) | AROUND_ONLY
+OWN_SCHEDULE = frozenset({"read-only", "journal", "client-restart", "storage"}) | AROUND_ONLY
 #: the directed scenarios (``ledgerstore sim --scenario``): every recovery meets that fault
-SCENARIOS = ("fence-restart", "lost-answer", "recovery-race", "client-restart")
+SCENARIOS = ("fence-restart", "lost-answer", "recovery-race", "client-restart",
+             # a crash inside a checkpoint, a compaction (three steps) or a GC pass (ledgerstore.sim.diskfaults)
+             "crash-in-checkpoint", "crash-in-compaction-copied", "crash-in-compaction-indexed",
+             "crash-in-compaction-before-delete", "crash-in-gc")
 #: the frames a writer's adds travel in (what a stop-at-add fault waits for)
 ADD_OPS = frozenset({Op.ADD, Op.ADD_BATCH})
 #: a held link or a stop timed at an add lasts less than the writer's add timeout (10 s): the

@@ -198,8 +198,9 @@ class SimFileSystem:
         self.last_write: dict[str, int] = {}
         #: op -> errno the next such operation fails with (one shot each)
         self.faults: dict[str, int] = {}
-        #: op -> action called with the path as the next such operation starts (one shot each)
-        self.hooks: dict[str, Callable[[Path], object]] = {}
+        #: op -> (action, when): ``action(path)`` is called as the next such operation on a path
+        #: for which ``when(path)`` holds (any path if None) starts (one shot each)
+        self.hooks: dict[str, tuple[Callable[[Path], object], Callable[[Path], bool] | None]] = {}
         #: operations that failed because they were told to
         self.failed = 0
 
@@ -209,9 +210,10 @@ class SimFileSystem:
         """Fail the next ``op`` (one of :data:`OPS`) with ``code`` (EIO, ENOSPC)."""
         self.faults[op] = code
 
-    def on_next(self, op: str, action: Callable[[Path], object]) -> None:
-        """Call ``action(path)`` as the next ``op`` starts (before it takes effect)."""
-        self.hooks[op] = action
+    def on_next(self, op: str, action: Callable[[Path], object], when: Callable[[Path], bool] | None = None) -> None:
+        """Call ``action(path)`` as the next ``op`` starts (before it takes effect), on a path
+        for which ``when(path)`` holds when given."""
+        self.hooks[op] = (action, when)
 
     def disarm(self) -> None:
         """Forget the faults and hooks not yet met."""
@@ -221,10 +223,11 @@ class SimFileSystem:
     def before(self, op: str, path: Path) -> None:
         """Run the hook and the fault aimed at ``op`` (called by every operation). Raises
         :class:`ProcessCrashed` when the hook crashed the process, OSError for a fault."""
-        hook = self.hooks.pop(op, None)
-        if hook is not None:
+        armed = self.hooks.get(op)
+        if armed is not None and (armed[1] is None or armed[1](path)):
+            del self.hooks[op]
             generation = self.generation
-            hook(path)
+            armed[0](path)
             if self.generation != generation:
                 raise ProcessCrashed(errno.EIO, f"the process crashed as it started a {op}", str(path))
         code = self.faults.pop(op, None)
