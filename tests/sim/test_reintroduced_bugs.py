@@ -25,11 +25,15 @@ from ledgerstore.meta.ledgers import LedgerMetadata
 from ledgerstore.proto import codec
 from ledgerstore.proto.digest import DigestManager
 from ledgerstore.sim import FAULT_KINDS, invariants, run_seed, shrink
+from ledgerstore_entrylog import compactor
+from ledgerstore_entrylog.entrylog import EntryLog, ScannedRecord
 
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
 #: the seeds each journal bug put back is run for: its seeds-to-find (docs/simulation.md)
 JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 13, "replay-drops-last": 7}
+#: the seeds the compaction bug put back is run for: its seeds-to-find (docs/simulation.md)
+COMPACTION_DROPS_LIVE_SEEDS = 1
 
 
 def _violations(seeds: int) -> dict[int, list[str]]:
@@ -230,3 +234,29 @@ def test_the_simulation_catches_a_writer_that_piggybacks_its_last_pushed_entry_a
     monkeypatch.setattr(codec, "item_signer", last_pushed)
     out = run_seed(0, duration=DURATION)  # seeds-to-find 1: any pipelined writer sends it at once
     assert invariants.LAC_WITHIN_ACKED in out.broken, out.violations
+
+
+def _drop_the_first_live_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put back in ``Compactor._copy_live``: the first record of each batch that the index still
+    points at is taken for dead and not copied forward, so once the old log is deleted its slot
+    points at a log that is gone (the copying itself is the production code's)."""
+    copy_live = compactor.Compactor._copy_live
+
+    def drop_first_live(self: compactor.Compactor, lg: EntryLog, batch: list[ScannedRecord],
+                        moved: list[tuple[int, int, int, int]]) -> None:
+        st, cache, base = self._state, self._cache, lg.log_id << 32
+        with st.lock:
+            live = [i for i, rec in enumerate(batch) if (led := st.ledgers.get(rec.ledger_id)) is not None
+                    and cache.slot(led, rec.entry_id) == (base | rec.offset) + 1]
+        copy_live(self, lg, batch[: live[0]] + batch[live[0] + 1 :] if live else batch, moved)
+
+    monkeypatch.setattr(compactor.Compactor, "_copy_live", drop_first_live)
+
+
+def test_the_simulation_catches_a_compaction_that_drops_a_live_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put back in the entry-log engine's compactor: a live entry is not copied forward before
+    its log is deleted, so the bookie no longer holds an entry it acknowledged: one acknowledged
+    entry is then on fewer than Qa bookies of its write set."""
+    _drop_the_first_live_record(monkeypatch)
+    seed, violations = _first_failing(COMPACTION_DROPS_LIVE_SEEDS)
+    assert any("of its write set" in v for v in violations), (seed, violations)
