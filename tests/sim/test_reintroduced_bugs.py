@@ -31,7 +31,7 @@ from ledgerstore_entrylog.entrylog import EntryLog, ScannedRecord
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
 #: the seeds each journal bug put back is run for: its seeds-to-find (docs/simulation.md)
-JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 13, "replay-drops-last": 7}
+JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 29, "replay-drops-last": 23}
 #: the seeds the compaction bug put back is run for: its seeds-to-find (docs/simulation.md)
 COMPACTION_DROPS_LIVE_SEEDS = 1
 
@@ -60,7 +60,7 @@ async def _write_back_to_the_write_set_only(self: recovery._LedgerRecovery, eid:
 
 def test_the_simulation_catches_recovery_that_never_replaces_a_dead_bookie(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery._LedgerRecovery, "_write_back", _write_back_to_the_write_set_only)
-    found = _violations(10)
+    found = _violations(12)  # seeds-to-find 12 (seed 11) since the entry-log engine joined the simulation
     assert any("could not be recovered with" in v for vs in found.values() for v in vs), found
 
 
@@ -89,7 +89,7 @@ def _no_ensemble_check(md: LedgerMetadata) -> None:
 def test_the_simulation_catches_an_ensemble_that_names_a_bookie_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery._LedgerRecovery, "_replace", _replace_against_the_old_ensemble)
     monkeypatch.setattr(ledgers, "check_ensembles", _no_ensemble_check)
-    out = run_seed(6, duration=DURATION)  # seeds-to-find 7: seed 6 is the first of 0..6 to catch it
+    out = run_seed(19, duration=DURATION)  # seeds-to-find 20: seed 19 is the first of 0..19 to catch it
     assert any("names a bookie twice" in v for v in out.violations), out.violations
 
 
@@ -118,7 +118,7 @@ def test_the_simulation_catches_a_read_only_bookie_that_refuses_recovery_adds(mo
         check_add(self, ledger_id, key, flags)
 
     monkeypatch.setattr(Ledgers, "check_add", refuse_when_read_only)
-    out = run_seed(10, duration=DURATION)  # seeds-to-find 11 (seed 10, then 11)
+    out = run_seed(3, duration=DURATION)  # seeds-to-find 4 (seed 3)
     assert any("read-only, " in v and "could not be recovered with" in v for v in out.violations), out.violations
 
 
@@ -184,7 +184,9 @@ def test_the_simulation_catches_a_journal_replay_that_drops_the_last_record(monk
 
     monkeypatch.setattr(journal.Journal, "replay", drop_the_last)
     seed, violations = _first_failing(JOURNAL_BUGS_SEEDS["replay-drops-last"])
-    assert any("of its write set" in v for v in violations), (seed, violations)
+    # the forgotten entry: on fewer than Qa bookies of its write set, or (seed 22, where the
+    # other copy was on a bookie auto-recovery re-replicates) on no replica the reader can find
+    assert any("of its write set" in v or "no replica of ledger" in v for v in violations), (seed, violations)
 
 
 
