@@ -270,10 +270,18 @@ class LedgerCache:
         if led.cur_no == page_no:
             led.cur_no, led.cur_page = -1, None
         if page.dirty:
-            # The page may point into the log's write buffer: hand that to the OS first, so an
-            # index on disk never points past its log's data if only the process dies.
-            self._logs.write_out_active(led.dir_idx)
-            self.write_pages(led, [(page_no, page.slots)], keep_open=False)
+            try:
+                # The page may point into the log's write buffer: hand that to the OS first, so
+                # an index on disk never points past its log's data if only the process dies.
+                self._logs.write_out_active(led.dir_idx)
+                self.write_pages(led, [(page_no, page.slots)], keep_open=False)
+            except BaseException:
+                # Not written (a full disk): the page stays cached and dirty, first in line, so
+                # the slots of entries already acknowledged are not lost with it.
+                led.pages[page_no] = page
+                self._lru[(ledger_id, page_no)] = page
+                self._lru.move_to_end((ledger_id, page_no), last=False)
+                raise
             page.dirty = False
             st.counters.dirty_evictions += 1
 
