@@ -237,13 +237,14 @@ class SimFileSystem:
 
     def crash(self, *, tear: bool = False) -> int:
         """The machine lost power (or the process died): every byte written and not synced is
-        lost, except, with ``tear``, a random prefix of each file's last unsynced write. Handles opened before do nothing any more. Returns the bytes lost."""
+        lost, except, with ``tear``, a random prefix of each journal file's last unsynced write (the
+        engine's files lose all they did not sync). Handles opened before do nothing any more. Returns the bytes lost."""
         self.generation += 1
         lost = 0
         for name, f in self.files.items():
             keep = f.synced
             unsynced = len(f.data) - keep
-            if tear and unsynced > 0 and f.durable is None:
+            if tear and unsynced > 0 and f.durable is None and not self._engine_file(name):
                 # a random prefix of the last write reached the platter, the rest did not
                 first = max(keep, len(f.data) - self.last_write.get(name, unsynced))
                 keep = first + self.rng.randrange(len(f.data) - first)
@@ -296,9 +297,11 @@ class SimFileSystem:
 
     # --- the StorageFiles port (the entry-log engine) -------------------------------------------
 
+    def _engine_file(self, name: str) -> bool:
+        return any(name.startswith(r) for r in self.engine_roots)
+
     def _op(self, op: str, path: Path) -> str:
-        name = str(path)
-        return "engine." + op if any(name.startswith(r) for r in self.engine_roots) else op
+        return "engine." + op if self._engine_file(str(path)) else op
 
     def open(self, path: Path, *, write: bool = True, create: bool = False, exclusive: bool = False,
              truncate: bool = False) -> SimStorageFile:
