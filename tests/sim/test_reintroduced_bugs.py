@@ -31,7 +31,7 @@ from ledgerstore_entrylog.entrylog import EntryLog, ScannedRecord
 #: simulated seconds per seed, as in ``ledgerstore sim --duration 30`` (the measured table)
 DURATION = 30.0
 #: the seeds each journal bug put back is run for: its seeds-to-find (docs/simulation.md)
-JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 29, "replay-drops-last": 23}
+JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 57, "replay-drops-last": 23}
 #: the seeds the compaction bug put back is run for: its seeds-to-find (docs/simulation.md)
 COMPACTION_DROPS_LIVE_SEEDS = 1
 
