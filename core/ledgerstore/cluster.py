@@ -9,7 +9,6 @@ import asyncio
 import concurrent.futures
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 
 from ledgerstore.errors import ConfigError, LedgerStoreError
 from ledgerstore.meta.bookies import ClusterManager
+from ledgerstore.ports import free_ports
 from ledgerstore.startup import (
     SUPERVISOR_PID_ENV,
     check_port_free,
@@ -29,42 +29,6 @@ from ledgerstore.startup import (
 )
 
 T = TypeVar("T")
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-        return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now, chosen BELOW the kernel's ephemeral
-    range: a bookie restarted on its port must not find it taken by some outgoing connection."""
-    import random
-
-    lo, _ = _ephemeral_range()
-    low = 10_000 if lo > 12_000 else 1_024
-    rnd = random.SystemRandom()
-    ports: list[int] = []
-    for _ in range(20 * n + 200):
-        if len(ports) == n:
-            break
-        port = rnd.randrange(low, lo)
-        if port in ports:
-            continue
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        ports.append(port)
-    if len(ports) < n:
-        raise LedgerStoreError(f"could not find {n} free ports between {low} and {lo}")
-    return ports
 
 
 class LocalCluster:

@@ -20,8 +20,8 @@ import pytest
 from ledgerstore.api import MetadataStore, PlacementPolicy
 from ledgerstore.errors import PluginError
 from ledgerstore.plugins import create_metadata_store, describe_plugins, hooks, load_driver
+from ledgerstore.ports import free_ports
 from ledgerstore.testing import MetadataStoreConformance, PlacementPolicyConformance
-from ledgerstore.testing.servers import free_port
 
 T = TypeVar("T")
 
@@ -158,13 +158,6 @@ class _LoopThread:
         self.loop.close()
 
 
-def _distinct_free_ports(n: int) -> list[int]:
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
-
-
 @pytest.fixture
 def bookie_thread() -> Iterator[_LoopThread]:
     lt = _LoopThread()
@@ -196,7 +189,7 @@ def test_client_and_in_process_bookies_share_a_memory_namespace_with_round_robin
                 ledger_dirs=[str(tmp_path / f"b{i}" / "ledgers")],
             )
         )
-        for i, port in enumerate(_distinct_free_ports(3))
+        for i, port in enumerate(sorted(free_ports(3)))
     ]
 
     async def main() -> None:

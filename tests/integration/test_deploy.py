@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgerstore.cluster import free_ports
+from ledgerstore.ports import consecutive_free_ports, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,28 +37,6 @@ def test_deploy_example_runs_from_its_config_files(tmp_path: Path) -> None:
     for i in (1, 2, 3, 4):
         log = (deploy / "data" / f"bookie-{i}.log").read_text()
         assert "ready" in log and "Traceback" not in log, log[-2000:]
-
-
-def consecutive_free_ports(n: int) -> int:
-    """The first of ``n`` consecutive ports free on 127.0.0.1 (the example numbers bookies by port)."""
-    import random
-    import socket
-
-    for _ in range(200):
-        base = random.randint(20000, 60000)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports found")
 
 
 def _logs(deploy: Path) -> str:

@@ -16,7 +16,7 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_deploy import consecutive_free_ports
+from ledgerstore.ports import consecutive_free_ports
 
 CLI = [sys.executable, "-m", "ledgerstore"]
 

@@ -38,6 +38,7 @@ from types import TracebackType
 import pytest
 
 from ledgerstore.errors import LedgerStoreError
+from ledgerstore.ports import free_ports
 
 __all__ = [
     "EtcdServer",
@@ -77,10 +78,10 @@ class ServerNotInstalledError(ServerHarnessError):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago: below the ephemeral range and in this
+    test worker's own slice of ports (see :mod:`ledgerstore.ports`), so a server started on it
+    races neither outgoing connections nor a test running at the same time in another worker."""
+    return free_ports(1)[0]
 
 
 def _log_tail(path: Path, lines: int = 40) -> str:
@@ -310,10 +311,7 @@ class EtcdServer(_ServerProcess):
             raise ServerNotInstalledError(f"cannot start etcd: {self.binary!r} not found on PATH; {_SETUP_HINT}")
 
     def _prepare(self, workdir: Path) -> tuple[list[str], dict[str, str]]:
-        self.port = free_port()
-        self.peer_port = free_port()
-        while self.peer_port == self.port:
-            self.peer_port = free_port()
+        self.port, self.peer_port = free_ports(2)
         client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         tls_args: list[str] = []
