@@ -18,6 +18,7 @@ from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerFencedError, NoSuchLedgerError, UnauthorizedAccessError
 from ledgerstore.meta.ledgers import LedgerState
+from ledgerstore.ports import consecutive_free_ports
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DIGEST_TYPES, DigestManager, master_key
@@ -257,9 +258,7 @@ def test_bookie_refuses_to_start_on_cookie_mismatch(matrix_cluster_factory, tmp_
 
 
 def test_standalone_restart_on_same_data_dir_keeps_ledgers(tmp_path: Path) -> None:
-    from ledgerstore.cluster import free_ports
-
-    port = free_ports(1)[0]
+    port = consecutive_free_ports(3)  # --port-base: the 3 bookies listen on port, port + 1, port + 2
     cmd = [sys.executable, "-m", "ledgerstore", "standalone", "--bookies", "3", "--data-dir", str(tmp_path),
            "--port-base", str(port)]
     out = subprocess.run([*cmd, "--demo", "--demo-entries", "500"], capture_output=True, text=True, timeout=180)
