@@ -65,6 +65,8 @@ class EntryLogStorage(StorageEngine):
                                            "(offsets in index slots are 32-bit)", minimum=4096, maximum=1 << 32)
         page_size: int = option(8192, "index page size in bytes (a multiple of 8)", minimum=64)
         page_limit_bytes: int = option(64 * _MiB, "bytes of index pages the ledger cache holds", minimum=1)
+        max_open_index_files: int = option(1024, "index files kept open for the ledger cache's page "
+                                           "writes and loads (BookKeeper's openFileLimit)", minimum=1)
         minor_compaction_threshold: float = option(0.2, "gc() compacts logs with less than this live fraction",
                                                    minimum=0, maximum=1)
         major_compaction_threshold: float = option(0.8, "live fraction below which a major compaction "
@@ -104,6 +106,7 @@ class EntryLogStorage(StorageEngine):
             log_size_limit=opts.entry_log_size_limit,
             sync_bytes=opts.flush_entrylog_bytes,
             max_pages=max(2, opts.page_limit_bytes // opts.page_size),
+            max_open_files=opts.max_open_index_files,
             flush_interval=opts.flush_interval,
             files=files,
             schedule=schedule,

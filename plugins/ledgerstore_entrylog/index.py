@@ -1,9 +1,10 @@
 """Per-ledger index files: a 512-byte header, then fixed-size pages of u64 entry locations.
 
 Slot ``e`` of the file (page ``e // slots_per_page``) holds ``((log_id << 32) | offset) + 1`` for
-entry ``e``; 0 means absent. Files are opened for each batch of page IO and closed again, so a
-bookie with many ledgers does not hold a descriptor per ledger, and a descriptor is never shared
-between threads. Every operation goes through the engine's file port
+entry ``e``; 0 means absent. A page is written as the range of its slots that changed, not
+whole. The ledger cache keeps a bounded number of index files open
+(:mod:`~ledgerstore_entrylog.index_files`), so a bookie with many ledgers does not hold a
+descriptor per ledger; the checkpoint opens its own for each batch of pages. Every operation goes through the engine's file port
 (:class:`~ledgerstore.api.StorageFiles`), so the index runs over simulated files as well.
 """
 
@@ -23,7 +24,8 @@ from ledgerstore_entrylog.format import (
     page_to_disk,
 )
 
-__all__ = ["read_header", "read_page", "read_last_pages", "write_index", "fsync_file", "fsync_dir"]
+__all__ = ["PageRange", "read_header", "read_page", "read_page_from", "read_last_pages", "write_index", "write_ranges",
+           "fsync_file", "fsync_dir"]
 
 
 def read_header(files: StorageFiles, path: Path) -> tuple[IndexHeader, int]:
@@ -49,11 +51,17 @@ def read_page(files: StorageFiles, path: Path, page_no: int, page_size: int) -> 
     except OSError as exc:
         raise BookieIOError(f"cannot open index file {path}: {exc}") from exc
     try:
+        return read_page_from(f, path, page_no, page_size)
+    finally:
+        f.close()
+
+
+def read_page_from(f: StorageFile, path: Path, page_no: int, page_size: int) -> array[int]:
+    """Page ``page_no`` of the open index file ``f`` at ``path`` (zeros where it is short)."""
+    try:
         raw = f.pread(page_size, INDEX_HEADER_SIZE + page_no * page_size)
     except OSError as exc:
         raise BookieIOError(f"read of page {page_no} of index file {path} failed: {exc}") from exc
-    finally:
-        f.close()
     return page_from_bytes(raw, page_size // 8)
 
 
@@ -65,26 +73,47 @@ def read_last_pages(files: StorageFiles, path: Path, file_size: int,
         yield page_no, read_page(files, path, page_no, page_size)
 
 
-def write_index(files: StorageFiles, path: Path, header: bytes | None, pages: Iterable[tuple[int, array[int]]],
+#: what is written of one page: its number, its slots, and the first and last slot (inclusive)
+#: of the range written; the other slots are already in the file
+PageRange = tuple[int, "array[int]", int, int]
+
+
+def write_index(files: StorageFiles, path: Path, header: bytes | None, pages: Iterable[PageRange],
                 page_size: int, keep_open: bool) -> StorageFile | None:
-    """Write the header (if given) and pages in place, creating the file if needed. Returns the
-    still-open file when ``keep_open`` (the caller syncs and closes it), else None."""
+    """Write the header (if given) and the pages' slot ranges in place, creating the file if
+    needed. Returns the still-open file when ``keep_open`` (the caller syncs and closes it),
+    else None."""
     try:
         f = files.open(path, create=True)
     except OSError as exc:
         raise storage_write_error(f"cannot open index file {path} for writing", exc) from exc
     try:
-        if header is not None:
-            pwrite_all(f, header, 0)
-        for page_no, page in pages:
-            pwrite_all(f, page_to_disk(page), INDEX_HEADER_SIZE + page_no * page_size)
-    except OSError as exc:
+        write_ranges(f, path, header, pages, page_size)
+    except BaseException:
         f.close()
-        raise storage_write_error(f"write to index file {path} failed", exc) from exc
+        raise
     if keep_open:
         return f
     f.close()
     return None
+
+
+def write_ranges(f: StorageFile, path: Path, header: bytes | None, pages: Iterable[PageRange],
+                 page_size: int) -> None:
+    """Write the header (if given) and, of each page, the bytes of its slots ``first..last``,
+    to the open index file ``f`` at ``path``; no sync. An error is the storage error naming
+    the file (BookieDiskFullError for a full disk)."""
+    try:
+        if header is not None:
+            pwrite_all(f, header, 0)
+        for page_no, page, first, last in pages:
+            raw = memoryview(page_to_disk(page)).cast("B")
+            try:
+                pwrite_all(f, raw[first * 8 : (last + 1) * 8], INDEX_HEADER_SIZE + page_no * page_size + first * 8)
+            finally:
+                raw.release()
+    except OSError as exc:
+        raise storage_write_error(f"write to index file {path} failed", exc) from exc
 
 
 def read_file(files: StorageFiles, path: Path) -> bytes:
@@ -96,7 +125,7 @@ def read_file(files: StorageFiles, path: Path) -> bytes:
         f.close()
 
 
-def pwrite_all(f: StorageFile, data: bytes | bytearray | array[int], offset: int) -> None:
+def pwrite_all(f: StorageFile, data: bytes | bytearray | memoryview | array[int], offset: int) -> None:
     """Write all of ``data`` at ``offset``: a short write (a disk filling up) is continued, and
     one that cannot go on raises the OSError of the call that wrote nothing."""
     view = memoryview(data)

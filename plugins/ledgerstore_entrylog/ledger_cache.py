@@ -1,6 +1,8 @@
 """The ledger cache of the entrylog engine (BookKeeper's ``IndexInMemoryPageManager``): each
 ledger's index pages, in memory up to ``page_limit_bytes`` and evicted least recently used first; a
-dirty page evicted is written to its index file (after the log data it points at).
+dirty page evicted has the range of its slots that changed written to its index file (after the
+log data it points at), through a bounded cache of open index files
+(:mod:`~ledgerstore_entrylog.index_files`).
 
 It also loads the index headers at open, and answers and changes the per-ledger state (master
 key, fence, last entry, deletion) for the engine. The methods documented "lock held" run under the
@@ -16,7 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ledgerstore.api import StorageFile
-from ledgerstore.errors import BookieIOError, InvalidArgumentError, UnauthorizedAccessError
+from ledgerstore.errors import (
+    BookieIOError,
+    InvalidArgumentError,
+    UnauthorizedAccessError,
+    storage_write_error,
+)
 from ledgerstore_entrylog.format import (
     INDEX_HEADER_SIZE,
     MAX_ID,
@@ -26,7 +33,16 @@ from ledgerstore_entrylog.format import (
     encode_index_header,
     index_path,
 )
-from ledgerstore_entrylog.index import read_header, read_last_pages, read_page, remove_file, write_index
+from ledgerstore_entrylog.index import (
+    PageRange,
+    read_header,
+    read_last_pages,
+    read_page_from,
+    remove_file,
+    write_index,
+    write_ranges,
+)
+from ledgerstore_entrylog.index_files import IndexFileHandles
 from ledgerstore_entrylog.logs import EntryLogs
 from ledgerstore_entrylog.state import CachedLedger, EngineState, IndexPage
 
@@ -36,9 +52,10 @@ log = logging.getLogger(__name__)
 
 
 class LedgerCache:
-    """Index pages and per-ledger state of the engine, holding at most ``max_pages`` pages."""
+    """Index pages and per-ledger state of the engine, holding at most ``max_pages`` pages and
+    keeping at most ``max_open_files`` index files open."""
 
-    def __init__(self, state: EngineState, logs: EntryLogs, max_pages: int) -> None:
+    def __init__(self, state: EngineState, logs: EntryLogs, max_pages: int, max_open_files: int = 1024) -> None:
         self._state = state
         self._logs = logs
         self._spp = state.slots_per_page
@@ -47,6 +64,8 @@ class LedgerCache:
         #: the bound on cached pages
         self.max_pages = max_pages
         self._lru: OrderedDict[tuple[int, int], IndexPage] = OrderedDict()
+        #: the index files evictions and page loads read and write through
+        self.handles = IndexFileHandles(state.files, max_open_files)
 
     # --- open -------------------------------------------------------------------------------------
 
@@ -197,6 +216,7 @@ class LedgerCache:
             led.cur_no, led.cur_page = -1, None
             st.dirty_ledgers.discard(ledger_id)
             st.unsynced_index.discard(led.path)
+            self.handles.drop(led.path)
             if led.file_exists:
                 remove_file(st.files, led.path)
                 # GC fsyncs this directory before deleting any log, so a deleted ledger can
@@ -223,10 +243,13 @@ class LedgerCache:
             st.dirty_ledgers.add(ledger_id)
         return led
 
-    def set_slot(self, led: CachedLedger, entry_id: int, value: int) -> None:
+    def set_slot(self, led: CachedLedger, entry_id: int, value: int, span: tuple[int, int] | None = None) -> None:
         """Point the entry's index slot at ``value`` (location + 1) and mark its page dirty. The
-        page becomes the ledger's current page. Lock held."""
-        page_no, slot = divmod(entry_id, self._spp)
+        page becomes the ledger's current page. ``span``, the lowest and highest entry id of a
+        batch whose other slots the caller then sets directly on this page, marks the slots of
+        the batch on the page dirty as well, before anything can evict it. Lock held."""
+        spp = self._spp
+        page_no, slot = divmod(entry_id, spp)
         if led.cur_no == page_no:
             page = led.cur_page
             assert page is not None
@@ -234,8 +257,12 @@ class LedgerCache:
             page = self.page(led, page_no)
             led.cur_no, led.cur_page = page_no, page
         page.slots[slot] = value
-        if not page.dirty:
-            page.dirty = True
+        first = last = slot
+        if span is not None:
+            base = page_no * spp
+            first = min(slot, max(span[0] - base, 0))
+            last = max(slot, min(span[1] - base, spp - 1))
+        if page.mark(first, last):
             self._state.dirty_ledgers.add(led.ledger_id)
 
     def slot(self, led: CachedLedger, entry_id: int) -> int:
@@ -254,13 +281,26 @@ class LedgerCache:
         while len(self._lru) >= self.max_pages:
             self._evict_one()
         if led.file_exists and page_no < led.file_pages:
-            slots = read_page(self._state.files, led.path, page_no, self._page_size)
+            slots = self._read_page(led, page_no)
         else:
             slots = array("Q", self._zero_page)
         page = IndexPage(led.ledger_id, page_no, slots)
         led.pages[page_no] = page
         self._lru[(led.ledger_id, page_no)] = page
         return page
+
+    def _read_page(self, led: CachedLedger, page_no: int) -> array[int]:
+        try:
+            f = self.handles.get(led.path, create=False)
+        except FileNotFoundError:
+            return array("Q", self._zero_page)
+        except OSError as exc:
+            raise BookieIOError(f"cannot open index file {led.path}: {exc}") from exc
+        try:
+            return read_page_from(f, led.path, page_no, self._page_size)
+        except BookieIOError:
+            self.handles.drop(led.path)
+            raise
 
     def _evict_one(self) -> None:
         st = self._state
@@ -274,7 +314,7 @@ class LedgerCache:
                 # The page may point into the log's write buffer: hand that to the OS first, so
                 # an index on disk never points past its log's data if only the process dies.
                 self._logs.write_out_active(led.dir_idx)
-                self.write_pages(led, [(page_no, page.slots)], keep_open=False)
+                self.write_pages(led, [page], keep_open=False)
             except BaseException:
                 # Not written (a full disk): the page stays cached and dirty, first in line, so
                 # the slots of entries already acknowledged are not lost with it.
@@ -282,14 +322,14 @@ class LedgerCache:
                 self._lru[(ledger_id, page_no)] = page
                 self._lru.move_to_end((ledger_id, page_no), last=False)
                 raise
-            page.dirty = False
             st.counters.dirty_evictions += 1
 
-    def write_pages(self, led: CachedLedger, pages: list[tuple[int, array[int]]],
-                    keep_open: bool) -> StorageFile | None:
-        """Write pages (and the header when new or changed) to the index file, without fsync.
-        With ``keep_open`` the open file is returned for the caller to sync and close;
-        otherwise the file is remembered for the next checkpoint to sync. Lock held."""
+    def write_pages(self, led: CachedLedger, pages: list[IndexPage], keep_open: bool) -> StorageFile | None:
+        """Write the dirty slot range of each page (and the header when new or changed) to the
+        index file, without fsync, and mark the pages clean. With ``keep_open`` the file is
+        opened for this write and returned for the caller to sync and close; otherwise it is
+        written through the cache of open index files and remembered for the next checkpoint to
+        sync. Lock held."""
         st = self._state
         header = None
         if not led.file_exists or led.header_dirty:
@@ -304,12 +344,33 @@ class LedgerCache:
             except OSError as exc:
                 raise BookieIOError(f"cannot create index directory {subdir}: {exc}") from exc
             st.dirs_to_sync.add(subdir)
-        f = write_index(st.files, led.path, header, pages, self._page_size, keep_open)
+        ranges: list[PageRange] = [(pg.page_no, pg.slots, pg.first, pg.last) for pg in pages if pg.dirty]
+        f = None
+        if keep_open:
+            f = write_index(st.files, led.path, header, ranges, self._page_size, keep_open=True)
+        else:
+            self._write_cached(led.path, header, ranges)
+            st.unsynced_index.add(led.path)
         led.file_exists = True
         led.header_dirty = False
-        for page_no, _ in pages:
-            if page_no >= led.file_pages:
-                led.file_pages = page_no + 1
-        if not keep_open:
-            st.unsynced_index.add(led.path)
+        for pg in pages:
+            pg.clean()
+            if pg.page_no >= led.file_pages:
+                led.file_pages = pg.page_no + 1
         return f
+
+    def _write_cached(self, path: Path, header: bytes | None, ranges: list[PageRange]) -> None:
+        try:
+            f = self.handles.get(path, create=True)
+        except OSError as exc:
+            raise storage_write_error(f"cannot open index file {path} for writing", exc) from exc
+        try:
+            write_ranges(f, path, header, ranges, self._page_size)
+        except BaseException:
+            # what the file holds now is unknown: the next write opens it afresh
+            self.handles.drop(path)
+            raise
+
+    def close_files(self) -> None:
+        """Close every index file the cache holds open (the engine is closing). Lock held."""
+        self.handles.close_all()

@@ -35,14 +35,14 @@ class EngineParts:
 
     @classmethod
     def build(cls, ledger_dirs: list[Path], *, page_size: int, write_buffer_size: int, log_size_limit: int,
-              sync_bytes: int, max_pages: int, flush_interval: float, files: StorageFiles = OS_STORAGE_FILES,
+              sync_bytes: int, max_pages: int, flush_interval: float, max_open_files: int = 1024, files: StorageFiles = OS_STORAGE_FILES,
               schedule: Callable[[Callable[[], object]], object] | None = None) -> EngineParts:
         """Compose the parts over one new state, each given what it needs (``files`` and
         ``schedule``: :class:`~ledgerstore_entrylog.state.EngineState`)."""
         state = EngineState(ledger_dirs, page_size=page_size, write_buffer_size=write_buffer_size,
                             log_size_limit=log_size_limit, sync_bytes=sync_bytes, files=files, schedule=schedule)
         logs = EntryLogs(state)
-        cache = LedgerCache(state, logs, max_pages)
+        cache = LedgerCache(state, logs, max_pages, max_open_files)
         checkpointer = Checkpointer(state, logs, cache, flush_interval)
         return cls(state, logs, cache, Writer(state, logs, cache), Reader(state, cache), checkpointer,
                    Compactor(state, logs, cache, checkpointer))

@@ -49,15 +49,37 @@ __all__ = ["CachedLedger", "EngineCounters", "EngineState", "IndexPage"]
 
 
 class IndexPage:
-    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``."""
+    """One cached index page: ``slots[i]`` is location+1 of entry ``page_no * slots_per_page + i``.
 
-    __slots__ = ("ledger_id", "page_no", "slots", "dirty")
+    A dirty page knows which of its slots changed since it was last written or read: slots
+    ``first..last`` (inclusive) hold every change, and every slot outside them equals what the
+    index file holds, so writing the page writes only those slots' bytes."""
+
+    __slots__ = ("ledger_id", "page_no", "slots", "dirty", "first", "last")
 
     def __init__(self, ledger_id: int, page_no: int, slots: array[int]) -> None:
         self.ledger_id = ledger_id
         self.page_no = page_no
         self.slots = slots
         self.dirty = False
+        #: the dirty slot range (inclusive), meaningful while ``dirty``
+        self.first = 0
+        self.last = -1
+
+    def mark(self, first: int, last: int) -> bool:
+        """Widen the dirty range to cover slots ``first..last``; True if the page was clean."""
+        if not self.dirty:
+            self.dirty, self.first, self.last = True, first, last
+            return True
+        if first < self.first:
+            self.first = first
+        if last > self.last:
+            self.last = last
+        return False
+
+    def clean(self) -> None:
+        """The page was written: the index file holds every slot."""
+        self.dirty, self.first, self.last = False, 0, -1
 
 
 class CachedLedger:

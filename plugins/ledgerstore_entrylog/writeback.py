@@ -202,11 +202,9 @@ class Checkpointer:
                             i, written_pages = i + 1, set()
                             continue
                         part = dirty[:budget]
-                        f = self._cache.write_pages(led, [(pg.page_no, pg.slots) for pg in part], keep_open=True)
+                        f = self._cache.write_pages(led, part, keep_open=True)
                         assert f is not None
                         opened.append((f, led.path))
-                        for pg in part:
-                            pg.dirty = False
                         budget -= max(1, len(part))
                         if len(part) == len(dirty):
                             i, written_pages = i + 1, set()
@@ -268,3 +266,4 @@ class Checkpointer:
                 with st.lock:
                     st.closed = True
                     self._logs.close_all()
+                    self._cache.close_files()

@@ -59,6 +59,10 @@ class Writer:
             raise InvalidArgumentError(f"entry ({ledger_id}, {entries[0][0]}) is outside 0..2**63-1")
         # Checksums and record headers are computed before taking the lock, as add_entry does.
         records = record_heads(ledger_id, entries)
+        # The batch's lowest and highest entry ids: set_slot marks the slots between them dirty
+        # on each page the batch moves to, as the slots set directly below are not marked.
+        ids = [r[0] for r in records]
+        span = (min(ids), max(ids)) if ids else (0, 0)
         st = self._state
         limit = st.log_size_limit
         wbs = st.write_buffer_size
@@ -78,8 +82,9 @@ class Writer:
             size = segment = lg.size
             last = led.last
             # The index page the previous entry went to. While entries stay on it, its slots
-            # are set directly: set_slot already made it dirty and cached it, and nothing can
-            # clean or evict it before the lock is released, except our own set_slot calls.
+            # are set directly: set_slot already cached it and marked the batch's slots on it dirty
+            # (its span), and nothing can clean or evict it before the lock is released, except
+            # our own set_slot calls.
             cur_no = -1
             slots: array[int] | None = None
             fast = append_run()
@@ -117,7 +122,7 @@ class Writer:
                     if page_no == cur_no:
                         slots[slot] = (base | size) + 1  # type: ignore[index]
                     else:
-                        set_slot(led, entry_id, (base | size) + 1)
+                        set_slot(led, entry_id, (base | size) + 1, span)
                         cur_no = page_no
                         slots = led.cur_page.slots  # type: ignore[union-attr]
                     size += rec
