@@ -28,7 +28,11 @@ headers, then the directories of files created or deleted, so a durable index ne
 that is not durable. A dirty page evicted between checkpoints is written only after its
 directory's log buffer reached the OS, so an index on disk never points past its log's data if
 only the process dies (after a machine crash, open ignores slots beyond the logs' ends and the
-journal replays those entries). GC fsyncs the directories of deleted index files before it deletes
+journal replays those entries). A page written, by an eviction or a checkpoint, writes only its
+dirty slot range: the slots outside it equal the file's, so the file ends up as if the whole page
+were written. Evictions write through index files the ledger cache keeps open; the checkpoint
+syncs every index file an eviction wrote by name (an fsync covers every descriptor's writes), so
+it never uses a descriptor the cache may close meanwhile. GC fsyncs the directories of deleted index files before it deletes
 a log they pointed into; compaction makes its copies durable, then the index pointing at them, and
 only then deletes the old log, and a ``.compacting`` intent file makes an interrupted compaction
 run again at the next open. ``docs/storage-entrylog.md`` gives the whole argument with the files.
