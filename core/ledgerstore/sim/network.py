@@ -207,28 +207,28 @@ class SimNetwork:
             return
         for observer in self.observers:
             observer.sent(link.src, link.dst, link.conn, frame)
-        what = _describe(frame)
+        # the frame is described only for the trace lines that name it (most frames get none)
         if (link.src, link.dst) in self.cut:
             self.lost += 1
-            self.trace("net.cut", f"{link.src}->{link.dst} {what}")
+            self.trace("net.cut", f"{link.src}->{link.dst} {_describe(frame)}")
             return
         extra = 0.0
         if self.intercept is not None:
             verdict = self.intercept(link.src, link.dst, frame)
             if verdict is None:
                 self.lost += 1
-                self.trace("net.intercepted", f"{link.src}->{link.dst} {what}")
+                self.trace("net.intercepted", f"{link.src}->{link.dst} {_describe(frame)}")
                 return
             extra = verdict
         f = self.faults(link.src, link.dst)
         rng = self.rng
         if f.drop and rng.random() < f.drop:
             self.lost += 1
-            self.trace("net.drop", f"{link.src}->{link.dst} {what}")
+            self.trace("net.drop", f"{link.src}->{link.dst} {_describe(frame)}")
             return
         if f.reset and rng.random() < f.reset and link.reset is not None:
             self.lost += 1
-            self.trace("net.reset", f"{link.src}->{link.dst} {what}")
+            self.trace("net.reset", f"{link.src}->{link.dst} {_describe(frame)}")
             link.reset()
             return
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
@@ -236,20 +236,20 @@ class SimNetwork:
             at = self.loop.time() + rng.uniform(f.min_delay, f.max_delay) + extra
             if f.stall and rng.random() < f.stall:
                 at += rng.choice(STALLS)
-                self.trace("net.stall", f"{link.src}->{link.dst} {what} until {at:.3f}")
+                self.trace("net.stall", f"{link.src}->{link.dst} {_describe(frame)} until {at:.3f}")
             if f.tail and rng.random() < f.tail:
                 at += min(TAIL_CAP, f.tail_scale * rng.paretovariate(1.0))
-                self.trace("net.late", f"{link.src}->{link.dst} {what} until {at:.3f}")
+                self.trace("net.late", f"{link.src}->{link.dst} {_describe(frame)} until {at:.3f}")
             if not (f.reorder and rng.random() < f.reorder):
                 at = max(at, link.last_arrival)  # a connection keeps order unless told otherwise
             link.last_arrival = at
             if i:
-                self.trace("net.dup", f"{link.src}->{link.dst} {what}")
-            self.loop.call_at(at, self._arrive, link, frame, what)
+                self.trace("net.dup", f"{link.src}->{link.dst} {_describe(frame)}")
+            self.loop.call_at(at, self._arrive, link, frame)
 
-    def _arrive(self, link: _Link, frame: bytes, what: str) -> None:
+    def _arrive(self, link: _Link, frame: bytes) -> None:
         if link.dst in self.held:
-            self.held[link.dst].append(lambda: self._arrive(link, frame, what))
+            self.held[link.dst].append(lambda: self._arrive(link, frame))
             return
         if link.closed:
             return

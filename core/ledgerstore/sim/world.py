@@ -38,6 +38,20 @@ STORAGE = "entrylog"
 #: syncs, dirty pages evicted, logs rolled, and logs sparse enough to compact
 STORAGE_OPTIONS = {"write_buffer_size": 2048, "flush_entrylog_bytes": 8192, "page_size": 128,
                    "page_limit_bytes": 2048, "entry_log_size_limit": 16384}
+#: scrypt's cost N for the simulated clients' password checks: 2, the smallest scrypt takes,
+#: below the 1024 a deployment may configure (``password_check_cost``). The checks are still
+#: made, stored, verified and refused as in production; only their price goes, which is CPU time
+#: outside the simulation: a seed creates and opens about a hundred ledgers from fresh clients,
+#: and at N=1024 their key derivation was a third of a seed's CPU time (0.45 s of 1.27 s)
+PASSWORD_CHECK_COST = 2
+
+
+@functools.cache
+def driver(slot: str, name: str) -> type:
+    """The backend class registered as ``name`` in ``slot``, looked up once per process: each
+    lookup reads every installed distribution's entry points (milliseconds), and a seed starts
+    dozens of bookies and clients."""
+    return plugins.load_driver(slot, name)
 
 
 class SimBookie:
@@ -90,7 +104,7 @@ class SimBookie:
                                     commit_on_loop=functools.partial(fsync.uniform, 0.0005, 0.004))
         # the production entry-log engine on the same simulated files, its write-back run as
         # callbacks of the loop instead of on its thread
-        engine = plugins.construct("storage", STORAGE, plugins.load_driver("storage", STORAGE),
+        engine = plugins.construct("storage", STORAGE, driver("storage", STORAGE),
                                    [Path(d) for d in self.config.ledger_dirs], options=STORAGE_OPTIONS,
                                    files=SimProcessFiles(self.files), schedule=w.loop.call_soon)
         bookie = Bookie(self.config, metadata_store=self.store, transport=SimTransport(w.net, self.name),
@@ -183,14 +197,14 @@ class World:
 
     def client(self, node: str, **config: Any) -> Client:
         """A real :class:`ledgerstore.aio.Client` for the process ``node`` (not yet started)."""
-        # the cheapest password check: its cost is CPU time outside the simulation, and a seed
-        # creates and opens hundreds of ledgers from fresh clients (at the default cost the
-        # key derivation took more than half of a run's wall time)
-        config = {"password_check_cost": 2**10, **config}
+        config = {"password_check_cost": PASSWORD_CHECK_COST, **config}
         cfg = ClientConfig(metadata=f"sim://{node}", placement="random",
                            placement_options={"seed": self.rng_for(f"{node}.placement").getrandbits(32)}, **config)
+        # the placement policy built as the client builds it from its config, from the class found once
+        placement = plugins.construct("placement", cfg.placement, driver("placement", cfg.placement),
+                                      options=cfg.placement_options)
         c = Client(config=cfg, metadata_store=SimMetadataStore(self.meta, node),
-                   transport=SimTransport(self.net, node))
+                   transport=SimTransport(self.net, node), placement=placement)
         self.clients.append(c)
         return c
 
