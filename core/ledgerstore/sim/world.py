@@ -41,8 +41,9 @@ STORAGE_OPTIONS = {"write_buffer_size": 2048, "flush_entrylog_bytes": 8192, "pag
 #: scrypt's cost N for the simulated clients' password checks: 2, the smallest scrypt takes,
 #: below the 1024 a deployment may configure (``password_check_cost``). The checks are still
 #: made, stored, verified and refused as in production; only their price goes, which is CPU time
-#: outside the simulation: a seed creates and opens about a hundred ledgers from fresh clients,
-#: and at N=1024 their key derivation was a third of a seed's CPU time (0.45 s of 1.27 s)
+#: outside the simulation: a seed creates and opens dozens of ledgers from fresh clients, and
+#: at N=1024 their key derivation was the largest single cost of a seed (cProfile over seeds
+#: 0..3: 327 derivations, 1.8 s; docs/simulation.md)
 PASSWORD_CHECK_COST = 2
 
 
