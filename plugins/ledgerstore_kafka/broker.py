@@ -54,22 +54,28 @@ from ledgerstore_kafka.messages import (
     RequestHeader,
     TopicMetadata,
     decode_fetch,
+    decode_init_producer_id,
     decode_list_offsets,
     decode_metadata,
     decode_produce,
     encode_api_versions,
     encode_fetch,
+    encode_init_producer_id,
     encode_list_offsets,
     encode_metadata,
     encode_produce,
     response_frame,
 )
 from ledgerstore_kafka.partition import LOG_PREFIX, LogSettings, Partition, PartitionFailed, valid_topic
+from ledgerstore_kafka.producers import ProduceRefused
 from ledgerstore_kafka.records import BatchError, split_batches
 
 __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
+
+#: the metadata store's counter Kafka producer ids come from
+PRODUCER_ID_COUNTER = "kafka_producer_id"
 
 #: how many answered-but-unsent responses a connection may hold before it stops reading requests
 MAX_IN_FLIGHT = 100
@@ -105,6 +111,7 @@ class Broker:
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             GroupApiKey.FIND_COORDINATOR: self.find_coordinator,
             GroupApiKey.JOIN_GROUP: self.join_group,
             GroupApiKey.SYNC_GROUP: self.sync_group,
@@ -278,7 +285,7 @@ class Broker:
         req = decode_produce(r, version)
         known = await self.known_partitions([(t, i) for t, parts in req.topics for i, _ in parts])
         results: list[tuple[str, list[ProducePartitionResult]]] = []
-        waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]] = []
+        waits: list[tuple[ProducePartitionResult, list[asyncio.Future[int]]]] = []
         for topic, parts in req.topics:
             out: list[ProducePartitionResult] = []
             for index, records in parts:
@@ -303,7 +310,7 @@ class Broker:
 
     async def _produce_one(self, acks: int, transactional_id: str | None, topic: str, index: int,
                            records: bytes | None, known: dict[str, int],
-                           waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]]) -> ProducePartitionResult:
+                           waits: list[tuple[ProducePartitionResult, list[asyncio.Future[int]]]]) -> ProducePartitionResult:
         if acks not in (-1, 0, 1):
             return ProducePartitionResult(index, ErrorCode.INVALID_REQUIRED_ACKS)
         if transactional_id is not None:
@@ -316,30 +323,47 @@ class Broker:
         except BatchError as exc:
             self.counters["produce_rejected_total"] += 1
             return ProducePartitionResult(index, exc.error_code, message=str(exc))
+        duplicates = part.duplicates
         try:
-            base, futures = part.append(batches)
+            futures = part.append(batches)
+        except ProduceRefused as exc:
+            self.counters["produce_rejected_total"] += 1
+            return ProducePartitionResult(index, exc.error_code, message=str(exc))
         except PartitionFailed:
             return ProducePartitionResult(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if part.duplicates > duplicates:  # rare: a producer retried after a lost answer
+            self.counters["produce_duplicates_total"] += part.duplicates - duplicates
+            log.info("a retried batch for %s-%d is answered with its original offset (not written again)", topic, index)
         self.counters["produce_batches_total"] += len(batches)
         self.counters["bytes_in_total"] += sum(len(b) for b in batches)
-        result = ProducePartitionResult(index, ErrorCode.NONE, base, part.log_start_offset)
+        result = ProducePartitionResult(index, ErrorCode.NONE, -1, part.log_start_offset)
         waits.append((result, futures))
         return result
 
-    async def _await_appends(self, waits: list[tuple[ProducePartitionResult, list[asyncio.Future[Any]]]],
+    async def _await_appends(self, waits: list[tuple[ProducePartitionResult, list[asyncio.Future[int]]]],
                              timeout: float) -> dict[int, ProducePartitionResult]:
-        """Wait for the log's acknowledgements (its ack quorum); a partition whose appends failed
-        is answered ``NOT_LEADER_OR_FOLLOWER``, one not acknowledged in time ``REQUEST_TIMED_OUT``."""
+        """Wait for the log's acknowledgements (its ack quorum) and answer each partition with its
+        first batch's base offset; a partition whose appends failed is answered
+        ``NOT_LEADER_OR_FOLLOWER`` (or the sequence rules' code), one not acknowledged in time
+        ``REQUEST_TIMED_OUT``."""
         changed: dict[int, ProducePartitionResult] = {}
         if not waits:
             return changed
         all_futures = [f for _, fs in waits for f in fs]
         await asyncio.wait(all_futures, timeout=max(timeout, 0.001))
         for result, futures in waits:
+            p = result.partition
             if not all(f.done() for f in futures):
-                changed[id(result)] = ProducePartitionResult(result.partition, ErrorCode.REQUEST_TIMED_OUT)
-            elif any(f.cancelled() or f.exception() is not None for f in futures):
-                changed[id(result)] = ProducePartitionResult(result.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                changed[id(result)] = ProducePartitionResult(p, ErrorCode.REQUEST_TIMED_OUT)
+                continue
+            errors = [f.exception() if not f.cancelled() else PartitionFailed("cancelled") for f in futures]
+            refused = next((e for e in errors if isinstance(e, ProduceRefused)), None)
+            if refused is not None:
+                changed[id(result)] = ProducePartitionResult(p, refused.error_code, message=str(refused))
+            elif any(e is not None for e in errors):
+                changed[id(result)] = ProducePartitionResult(p, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            else:
+                changed[id(result)] = dataclasses.replace(result, base_offset=futures[0].result())
         return changed
 
     async def fetch(self, r: Reader, version: int) -> bytes:
@@ -417,6 +441,15 @@ class Broker:
                     out.append(ListOffsetsResult(index, ErrorCode.NONE, ts, offset))
             results.append((topic, out))
         return encode_list_offsets(version, results)
+
+    async def init_producer_id(self, r: Reader, version: int) -> bytes:
+        """A new producer id, epoch 0, for an idempotent producer: the metadata store's counter
+        :data:`PRODUCER_ID_COUNTER` hands each value out once, across brokers and restarts.
+        Transactional producers are not served (``UNSUPPORTED_VERSION``)."""
+        if decode_init_producer_id(r, version) is not None:
+            return encode_init_producer_id(version, ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+        producer_id = await self.client.store.next_id(PRODUCER_ID_COUNTER)
+        return encode_init_producer_id(version, ErrorCode.NONE, producer_id, 0)
 
     # --- consumer groups (ledgerstore_kafka.groups) ---------------------------------------------
 

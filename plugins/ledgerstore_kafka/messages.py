@@ -30,6 +30,7 @@ class ApiKey(enum.IntEnum):
     LIST_OFFSETS = 2
     METADATA = 3
     API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
 
 
 class ErrorCode(enum.IntEnum):
@@ -47,6 +48,9 @@ class ErrorCode(enum.IntEnum):
     INVALID_REQUIRED_ACKS = 21
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
     INVALID_RECORD = 87
 
@@ -60,6 +64,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 8),
     ApiKey.API_VERSIONS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 1),
     # consumer groups: OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5,
     # Heartbeat 0-3, LeaveGroup 0-2, SyncGroup 0-3 (ledgerstore_kafka.group_messages)
     **GROUP_SUPPORTED,
@@ -69,7 +74,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 #: API key -> the name metrics label its requests with
 API_NAMES: dict[int, str] = {
     ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
-    ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions", 8: "offset_commit", 9: "offset_fetch",
+    ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions", ApiKey.INIT_PRODUCER_ID: "init_producer_id", 8: "offset_commit", 9: "offset_fetch",
     10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
 }
 
@@ -326,3 +331,17 @@ def encode_list_offsets(version: int, results: list[tuple[str, list[ListOffsetsR
             w.int32(0 if p.error == ErrorCode.NONE else -1)  # leader_epoch
 
     return w.topics(results, partition).bytes()
+
+
+# --- InitProducerId --------------------------------------------------------------------------
+
+def decode_init_producer_id(r: Reader, version: int) -> str | None:
+    """The transactional id (``None`` for an idempotent producer); the transaction timeout is
+    read and dropped (v0 and v1 have the same fields)."""
+    transactional_id = r.nullable_string()
+    r.int32()  # transaction_timeout_ms
+    return transactional_id
+
+
+def encode_init_producer_id(version: int, error: int, producer_id: int, epoch: int) -> bytes:
+    return Writer().int32(0).int16(error).int64(producer_id).int16(epoch).bytes()  # throttle first

@@ -19,6 +19,11 @@ The high watermark is the end of the last batch the log acknowledged; appends ar
 in log order, so batches join the index in offset order. A failed append fails the partition:
 every later request is answered ``NOT_LEADER_OR_FOLLOWER`` until the broker reopens the log
 (which recovers it: the index then says exactly what is stored).
+
+A batch of an idempotent producer is appended with a sequence, on the log's exactly-once
+appends, after Kafka's sequence rules (:mod:`ledgerstore_kafka.producers`, whose state is rebuilt
+with the index: each producer's newest epoch from the batch headers, its last sequence from the
+log writer's producer table); a retried batch is resolved to the original's base offset.
 """
 
 from __future__ import annotations
@@ -33,7 +38,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerstore.aio import LogWriter, Position
-from ledgerstore.errors import LedgerStoreError
+from ledgerstore.errors import InvalidArgumentError, LedgerStoreError
+from ledgerstore_kafka.producers import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_RECORD,
+    ProduceRefused,
+    ProducerStates,
+    log_producer,
+)
 from ledgerstore_kafka.records import HEADER_SIZE, BatchInfo, parse_batch_header, with_base_offset
 
 __all__ = ["LOG_PREFIX", "LogSettings", "Partition", "PartitionFailed", "log_name", "valid_topic"]
@@ -97,7 +109,12 @@ class Partition:
         self._readable = 0
         self.next_offset = 0  # the next offset to assign (ahead of the high watermark while appends fly)
         self.high_watermark = 0
-        self._pending: collections.deque[tuple[BatchInfo, bytes, asyncio.Future[Position], int]] = collections.deque()
+        self._pending: collections.deque[
+            tuple[BatchInfo, bytes, asyncio.Future[Position], int, asyncio.Future[int]]] = collections.deque()
+        #: idempotent producers' epochs and sequences, rebuilt with the index
+        self.producers = ProducerStates()
+        #: retried batches answered with their original offset, not written again
+        self.duplicates = 0
         self._changed = asyncio.Event()
 
     @classmethod
@@ -117,17 +134,23 @@ class Partition:
     async def _rebuild(self) -> None:
         reader = await self.client.open_log_reader(self.name, "earliest", password=self.settings.password)
         self._readable = 1 << 62  # what a reader returns is readable: the cache keeps only cache_bytes
+        epochs: dict[int, int] = {}  # idempotent producer -> its newest epoch in the log
         try:
             while batch := await reader.read_batch(READ_CHUNK):
                 for position, payload in batch:
                     if len(payload) < HEADER_SIZE:
                         raise PartitionFailed(f"log {self.name!r} holds an entry at {position} that is not a Kafka "
                                               f"record batch ({len(payload)} bytes); it is not a Kafka partition's log")
-                    self._indexed(parse_batch_header(payload), position, payload)
+                    info = parse_batch_header(payload)
+                    if info.producer_id >= 0:
+                        epochs[info.producer_id] = max(info.producer_epoch, epochs.get(info.producer_id, -1))
+                    self._indexed(info, position, payload)
         finally:
             await reader.close()
         self._readable = len(self._bases)
         self.next_offset = self.high_watermark
+        for producer_id, epoch in epochs.items():
+            self.producers.restore(producer_id, epoch, self.writer.last_seq_of(log_producer(producer_id, epoch)))
 
     @property
     def log_start_offset(self) -> int:
@@ -152,42 +175,82 @@ class Partition:
 
     # --- produce -----------------------------------------------------------------------------
 
-    def append(self, batches: Sequence[bytes]) -> tuple[int, list[asyncio.Future[Position]]]:
+    def append(self, batches: Sequence[bytes]) -> list[asyncio.Future[int]]:
         """Assign offsets to ``batches`` (checked ones, :func:`~ledgerstore_kafka.records.split_batches`)
-        and hand them to the log writer, in this call (no await: requests keep their order). Returns
-        the first base offset and the appends' futures; each batch joins the index when the log
-        acknowledges it. :class:`PartitionFailed` once the writer failed."""
+        and hand them to the log writer, in this call (no await: requests keep their order).
+        Returns one future per batch, resolved to its base offset once the log acknowledged it
+        (the batch joins the index then). A batch of an idempotent producer is appended with its
+        sequence (:mod:`ledgerstore_kafka.producers`); a retried one writes nothing and resolves
+        to the original's base offset. :class:`ProduceRefused` for a batch the sequence rules
+        refuse (nothing of the request is appended then); :class:`PartitionFailed` once the
+        writer failed."""
         if self.failed is not None:
             raise self.failed
-        first = self.next_offset
-        futures = []
-        for batch in batches:
-            info = dataclasses.replace(parse_batch_header(batch), base_offset=self.next_offset)
+        infos = [parse_batch_header(batch) for batch in batches]
+        if len(infos) > 1 and any(info.producer_id >= 0 for info in infos):
+            raise ProduceRefused("an idempotent produce carries one record batch per partition", INVALID_RECORD)
+        verdict = self.producers.check(infos[0]) if infos[0].producer_id >= 0 else None
+        futures: list[asyncio.Future[int]] = []
+        for batch, info in zip(batches, infos, strict=True):
+            if verdict is not None and verdict.duplicate:
+                self.duplicates += 1
+                again = self.writer.append_async(batch, seq=verdict.seq, producer_id=verdict.producer)
+                futures.append(asyncio.ensure_future(self._original_offset(again, info)))
+                continue
+            info = dataclasses.replace(info, base_offset=self.next_offset)
             self.next_offset = info.last_offset + 1
             stored = with_base_offset(batch, info.base_offset)
-            fut = self.writer.append_async(stored)
+            if verdict is None:
+                fut = self.writer.append_async(stored)
+            else:
+                fut = self.writer.append_async(stored, seq=verdict.seq, producer_id=verdict.producer)
+            offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             # this add carries the writer's last-add-confirmed, which covers every batch acknowledged
             # so far: once it is acknowledged, those are readable through a log reader
-            self._pending.append((info, stored, fut, len(self._bases)))
+            self._pending.append((info, stored, fut, len(self._bases), offset))
             fut.add_done_callback(self._settle)
-            futures.append(fut)
-        return first, futures
+            futures.append(offset)
+        for f in futures:
+            f.add_done_callback(_consume)  # the broker reads each outcome; with acks=0 nobody does
+        return futures
+
+    async def _original_offset(self, again: asyncio.Future[Position], info: BatchInfo) -> int:
+        """The base offset of the stored batch a retried one repeats (its sequences end where the
+        retry's do: the log found it by its last sequence). ``DUPLICATE_SEQUENCE_NUMBER`` when no
+        stored batch holds exactly the retry's sequences."""
+        try:
+            position = await again
+        except InvalidArgumentError as exc:  # the last sequence lies inside a stored batch
+            raise ProduceRefused(f"a retried batch matches no stored batch: {exc}", DUPLICATE_SEQUENCE_NUMBER) from None
+        while True:  # an original still in flight joins the index when acknowledged
+            i = bisect.bisect_left(self._positions, position)
+            if i < len(self._positions) and self._positions[i] == position:
+                if self._lasts[i] - self._bases[i] != info.last_offset_delta:
+                    raise ProduceRefused(f"a retried batch of {info.record_count} records matches a stored batch of "
+                                         f"{self._lasts[i] - self._bases[i] + 1}", DUPLICATE_SEQUENCE_NUMBER)
+                return self._bases[i]
+            if self.failed is not None:
+                raise self.failed
+            await self._changed.wait()
 
     def _settle(self, _done: asyncio.Future[Position]) -> None:
         # the writer acknowledges in log order, but callbacks run one by one: index every batch
         # from the front that is done, so the index never has a hole
         while self._pending and self._pending[0][2].done():
-            info, stored, fut, covers = self._pending.popleft()
+            info, stored, fut, covers, offset = self._pending.popleft()
             if fut.cancelled() or fut.exception() is not None:
                 err = fut.exception() if not fut.cancelled() else None
                 self.failed = PartitionFailed(f"the log {self.name!r} refused an append: {err or 'cancelled'}")
                 self._changed.set()
-                for _, _, later, _ in self._pending:  # they fail too (no acknowledgement follows a failure)
+                offset.set_exception(self.failed)
+                for _, _, later, _, later_offset in self._pending:  # they fail too (no acknowledgement follows)
                     later.add_done_callback(_consume)
+                    later_offset.set_exception(self.failed)
                 self._pending.clear()
                 return
             self._readable = max(self._readable, covers)
             self._indexed(info, fut.result(), stored)
+            offset.set_result(info.base_offset)
             self._changed.set()
         self._changed = asyncio.Event() if self._changed.is_set() else self._changed
 
@@ -261,6 +324,6 @@ class Partition:
             log.warning("closing partition log %r: %s", self.name, exc)
 
 
-def _consume(fut: asyncio.Future[Position]) -> None:
+def _consume(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # retrieved: the failure is the partition's, already reported

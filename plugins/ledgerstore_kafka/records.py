@@ -57,6 +57,8 @@ class BatchInfo:
     record_count: int
     attributes: int
     producer_id: int
+    producer_epoch: int = -1
+    base_sequence: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -65,10 +67,10 @@ class BatchInfo:
 
 def parse_batch_header(batch: bytes | memoryview) -> BatchInfo:
     """The header fields of one whole batch (its length already checked by :func:`split_batches`)."""
-    (base, _length, _epoch, magic, _crc, attributes, last_delta, _base_ts, max_ts, producer_id, _pepoch,
-     _seq, count) = _HEADER.unpack_from(batch, 0)
+    (base, _length, _epoch, magic, _crc, attributes, last_delta, _base_ts, max_ts, producer_id, producer_epoch,
+     base_sequence, count) = _HEADER.unpack_from(batch, 0)
     del magic
-    return BatchInfo(base, last_delta, max_ts, count, attributes, producer_id)
+    return BatchInfo(base, last_delta, max_ts, count, attributes, producer_id, producer_epoch, base_sequence)
 
 
 def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes]:

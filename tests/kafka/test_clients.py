@@ -35,9 +35,8 @@ def values(prefix: str, n: int = N) -> list[bytes]:
 
 
 def kafka_python_producer(bootstrap: str, **kw: object) -> KafkaProducer:
-    # kafka-python 3 makes an acks=all producer idempotent by default, which needs InitProducerId
-    # (not served yet, docs/kafka.md): this producer is a plain one
-    return KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=5, **kw)
+    # kafka-python 3 makes an acks=all producer idempotent by default (InitProducerId, sequences)
+    return KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **kw)
 
 
 def kafka_python_read(bootstrap: str, topic: str, n: int, timeout_s: float = 60) -> list[bytes]:
@@ -219,8 +218,10 @@ def test_a_waiting_fetch_returns_when_a_record_arrives_not_at_its_deadline(kafka
 
 
 def test_a_batch_over_the_limit_is_refused_with_message_too_large(kafka_cluster: KafkaCluster, topic: str) -> None:
+    # plain, not idempotent: kafka-python's idempotent producer takes the refusal as fatal and
+    # aborts what follows (it would against Kafka too)
     producer = kafka_python_producer(kafka_cluster.bootstrap, max_request_size=8 << 20, batch_size=4 << 20,
-                                     compression_type=None)
+                                     compression_type=None, enable_idempotence=False)
     producer.send(topic, b"small").get(timeout=30)
     with pytest.raises(MessageSizeTooLargeError):
         producer.send(topic, b"x" * (2 << 20)).get(timeout=30)

@@ -1,0 +1,198 @@
+"""Idempotent producers: InitProducerId hands out producer ids, a retried batch is answered with
+its original offset and written once, sequence gaps and fenced epochs get Kafka's codes; an
+idempotent confluent-kafka producer whose broker is SIGKILLed mid-stream and restarted loses no
+acknowledged record and duplicates none; kafka-python's default (idempotent) producer works."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import Producer as ConfluentProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from ledgerstore.testing.servers import free_port
+from ledgerstore_kafka.codec import Reader, Writer
+from tests.kafka.conftest import LEDGERSTORE, KafkaCluster, confluent_poll
+
+pytestmark = pytest.mark.timeout(400)
+
+
+class RawClient:
+    """Kafka requests written with our codec on a plain socket, to hand the broker exactly the
+    batches a test means (a retry, a gap, an old epoch)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation = 0
+
+    def request(self, api_key: int, version: int, body: bytes) -> Reader:
+        self.correlation += 1
+        frame = Writer().int16(api_key).int16(version).int32(self.correlation).nullable_string("raw").bytes() + body
+        self.sock.sendall(len(frame).to_bytes(4, "big") + frame)
+        size = int.from_bytes(self._exactly(4), "big")
+        r = Reader(self._exactly(size))
+        assert r.int32() == self.correlation
+        return r
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
+        r = self.request(22, 1, Writer().nullable_string(transactional_id).int32(60_000).bytes())
+        r.int32()  # throttle
+        return r.int16(), r.int64(), r.int16()
+
+    def create_topic(self, topic: str) -> None:
+        self.request(3, 4, Writer().array_length(1).string(topic).boolean(True).bytes())
+
+    def produce(self, topic: str, batch: bytes) -> tuple[int, int]:
+        """``(error, base offset)`` of a Produce v7 with one batch for partition 0, acks=all."""
+        body = (Writer().nullable_string(None).int16(-1).int32(30_000).array_length(1).string(topic)
+                .array_length(1).int32(0).nullable_bytes(batch).bytes())
+        r = self.request(0, 7, body)
+        assert r.array_length() == 1 and r.string() == topic and r.array_length() == 1
+        assert r.int32() == 0
+        return r.int16(), r.int64()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def batch(producer_id: int, epoch: int, base_sequence: int, values: list[bytes]) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, base_sequence, 1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, int(time.time() * 1000), None, value, [])
+    return bytes(builder.build())
+
+
+def test_init_producer_id_hands_out_a_new_id_each_time_and_refuses_transactional_ids(
+        kafka_cluster: KafkaCluster) -> None:
+    raw = RawClient(kafka_cluster.bootstrap)
+    try:
+        first, second = raw.init_producer_id(), raw.init_producer_id()
+        assert first[0] == second[0] == 0 and first[2] == second[2] == 0
+        assert second[1] > first[1] >= 1
+        assert raw.init_producer_id("payments")[0] == 35  # UNSUPPORTED_VERSION: no transactions
+    finally:
+        raw.close()
+
+
+def test_a_retried_batch_gets_its_original_offset_and_is_stored_once(kafka_cluster: KafkaCluster, topic: str) -> None:
+    raw = RawClient(kafka_cluster.bootstrap)
+    try:
+        raw.create_topic(topic)
+        _, pid, epoch = raw.init_producer_id()
+        first, second = batch(pid, epoch, 0, [b"a", b"b", b"c"]), batch(pid, epoch, 3, [b"d", b"e"])
+        assert raw.produce(topic, first) == (0, 0)
+        assert raw.produce(topic, second) == (0, 3)
+        assert raw.produce(topic, first) == (0, 0)  # a retry: the original's offset, nothing written
+        assert raw.produce(topic, second) == (0, 3)
+        assert raw.produce(topic, batch(pid, epoch, 3, [b"d"])) == (46, -1)  # other boundaries: DUPLICATE_SEQUENCE
+        assert raw.produce(topic, batch(pid, epoch, 7, [b"g"])) == (45, -1)  # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert raw.produce(topic, batch(pid, epoch, 5, [b"f"])) == (0, 5)
+        assert raw.produce(topic, batch(pid, epoch + 1, 0, [b"x"])) == (0, 6)  # a new epoch starts at 0
+        assert raw.produce(topic, batch(pid, epoch, 6, [b"old"])) == (47, -1)  # the old epoch is fenced
+    finally:
+        raw.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_cluster.bootstrap, group_id=None, auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000)
+    consumer.assign([TopicPartition(topic, 0)])
+    got = [(m.offset, m.value) for m in consumer]
+    consumer.close()
+    assert got == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f"), (6, b"x")]
+
+
+def test_kafka_pythons_default_idempotent_producer_produces_in_order(kafka_cluster: KafkaCluster, topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, acks="all")  # enable_idempotence defaults on
+    futures = [producer.send(topic, f"v{i}".encode()) for i in range(500)]
+    producer.flush()
+    assert [f.get(timeout=30).offset for f in futures] == list(range(500))
+    producer.close()
+
+
+def start_broker(config: Path, out: Path, port: int) -> subprocess.Popen[bytes]:
+    """``ledgerstore kafka --config`` (its output appended to ``out``), once it serves."""
+    ready = f"kafka ready on 127.0.0.1:{port}"
+    before = out.read_text().count(ready) if out.exists() else 0
+    with open(out, "ab") as fh:
+        proc = subprocess.Popen([LEDGERSTORE, "kafka", "--config", str(config)], stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while out.read_text().count(ready) == before:
+        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+        time.sleep(0.1)
+    return proc
+
+
+def test_an_idempotent_producer_loses_and_duplicates_nothing_when_its_broker_is_killed_mid_stream(
+        kafka_cluster: KafkaCluster, tmp_path: Path, topic: str) -> None:
+    port = free_port()
+    config = tmp_path / "kafka.toml"
+    config.write_text(f'metadata = "{kafka_cluster.metadata}"\n[kafka]\nport = {port}\n')
+    out = tmp_path / "kafka.out"
+    broker = start_broker(config, out, port)
+    acknowledged: list[str] = []
+    failed: list[str] = []
+
+    def delivered(err: object, message: object) -> None:
+        key = message.key().decode()  # type: ignore[attr-defined]
+        (failed if err is not None else acknowledged).append(key)
+
+    producer = ConfluentProducer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 1, "batch.num.messages": 10, "message.timeout.ms": 120_000, "reconnect.backoff.max.ms": 500})
+    sent = 0
+
+    def send(n: int) -> None:  # as fast as the producer takes them, at most 2,000 waiting
+        nonlocal sent
+        for _ in range(n):
+            producer.produce(topic, value=b"x" * 100, key=f"k{sent}".encode(), on_delivery=delivered)
+            sent += 1
+        producer.poll(0.005 if len(producer) > 2000 else 0)
+
+    try:
+        for _kill in range(5):  # five times, with batches in flight
+            target, until = len(acknowledged) + 500, time.monotonic() + 0.5
+            while len(acknowledged) < target or time.monotonic() < until:
+                send(10)
+            broker.send_signal(signal.SIGKILL)
+            broker.wait(30)
+            broker = start_broker(config, out, port)
+        for _ in range(40):
+            send(50)
+        assert producer.flush(180) == 0
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(60)
+    assert not failed and len(acknowledged) == sent
+    broker = start_broker(config, out, port)
+    try:
+        consumer = ConfluentConsumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"g-{topic}",
+                                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        messages = confluent_poll(consumer, sent, timeout_s=60)
+        messages += confluent_poll(consumer, 100, timeout_s=3)  # a duplicate would be after them
+        consumer.close()
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(60)
+    retried = out.read_text().count("answered with its original offset")
+    print(f"{len(acknowledged)} records acknowledged, {retried} retried batches answered with their original offset")
+    counts = Counter(m.key().decode() for m in messages)
+    assert sorted(counts) == sorted(acknowledged)  # none lost
+    assert max(counts.values()) == 1  # none duplicated
+    assert [m.offset() for m in messages] == list(range(len(messages)))
