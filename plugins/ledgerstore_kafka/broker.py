@@ -16,12 +16,24 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ledgerstore.errors import LedgerStoreError
+from ledgerstore_kafka.admin import AdminSettings, TopicAdmin
+from ledgerstore_kafka.admin_messages import (
+    AdminApiKey,
+    decode_create_topics,
+    decode_delete_topics,
+    decode_describe_configs,
+    encode_create_topics,
+    encode_delete_topics,
+    encode_describe_configs,
+    encode_txn_refusal,
+)
 from ledgerstore_kafka.codec import MalformedRequest, Reader
 from ledgerstore_kafka.group_messages import (
     GroupApiKey,
@@ -39,12 +51,13 @@ from ledgerstore_kafka.group_messages import (
     encode_offset_fetch,
     encode_sync_group,
 )
-from ledgerstore_kafka.groups import COORDINATOR_NOT_AVAILABLE, GroupCoordinator
+from ledgerstore_kafka.groups import GroupCoordinator
 from ledgerstore_kafka.messages import (
     API_NAMES,
     EARLIEST,
     LATEST,
     SUPPORTED,
+    UNSERVED,
     ApiKey,
     ErrorCode,
     FetchPartitionResult,
@@ -119,8 +132,17 @@ class Broker:
             GroupApiKey.LEAVE_GROUP: self.leave_group,
             GroupApiKey.OFFSET_COMMIT: self.offset_commit,
             GroupApiKey.OFFSET_FETCH: self.offset_fetch,
+            AdminApiKey.CREATE_TOPICS: self.create_topics,
+            AdminApiKey.DELETE_TOPICS: self.delete_topics,
+            AdminApiKey.DESCRIBE_CONFIGS: self.describe_configs,
         }
+        for key in UNSERVED:
+            self.handlers[key] = functools.partial(self.refuse_transaction, key)
         self.groups = GroupCoordinator(client, settings.logs.password)
+        self.admin = TopicAdmin(client, AdminSettings(
+            settings.node_id, settings.num_partitions, settings.max_batch_bytes, settings.max_request_bytes,
+            settings.auto_create_topics, settings.logs.ensemble, settings.logs.password),
+            self.topics, self.create_topic, self.forget_topic)
 
     # --- connections -------------------------------------------------------------------------
 
@@ -165,7 +187,7 @@ class Broker:
 
     def _dispatch(self, frame: bytes, peer: object) -> tuple[int, asyncio.Task[bytes | None]] | None:
         api_key, version, correlation_id = RequestHeader.peek(frame)
-        served = SUPPORTED.get(api_key)
+        served = SUPPORTED.get(api_key) or UNSERVED.get(api_key)
         if api_key == ApiKey.API_VERSIONS and served is not None and not served[0] <= version <= served[1]:
             self.counters["unsupported_version_total"] += 1
             return correlation_id, asyncio.create_task(_ready(encode_api_versions(0, ErrorCode.UNSUPPORTED_VERSION)))
@@ -242,8 +264,17 @@ class Broker:
             return part
 
     async def create_topic(self, topic: str, partitions: int) -> None:
+        """Create a topic: open (and so create) each of its partitions' logs."""
         for i in range(partitions):
             await self.partition(topic, i)
+
+    async def forget_topic(self, topic: str) -> None:
+        """Close the partitions of ``topic`` this broker has open (before its logs are deleted)."""
+        for key in [k for k in self.partitions if k[0] == topic]:
+            async with self._opening[key]:
+                part = self.partitions.pop(key, None)
+                if part is not None:
+                    await part.close()
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -451,13 +482,30 @@ class Broker:
         producer_id = await self.client.store.next_id(PRODUCER_ID_COUNTER)
         return encode_init_producer_id(version, ErrorCode.NONE, producer_id, 0)
 
+    # --- topic administration (ledgerstore_kafka.admin) and transactions ------------------------
+
+    async def create_topics(self, r: Reader, version: int) -> bytes:
+        return encode_create_topics(version, await self.admin.create_topics(*decode_create_topics(r, version)))
+
+    async def delete_topics(self, r: Reader, version: int) -> bytes:
+        return encode_delete_topics(version, await self.admin.delete_topics(decode_delete_topics(r, version)))
+
+    async def describe_configs(self, r: Reader, version: int) -> bytes:
+        return encode_describe_configs(version, await self.admin.describe_configs(decode_describe_configs(r, version)))
+
+    async def refuse_transaction(self, api_key: int, r: Reader, version: int) -> bytes:
+        """Transactions are not served: every part of the answer is ``UNSUPPORTED_VERSION``."""
+        return encode_txn_refusal(api_key, r, version, ErrorCode.UNSUPPORTED_VERSION)
+
     # --- consumer groups (ledgerstore_kafka.groups) ---------------------------------------------
 
     async def find_coordinator(self, r: Reader, version: int) -> bytes:
-        _key, key_type = decode_find_coordinator(r, version)
+        """This broker coordinates every group, and is named for transactions too: a transactional
+        producer then asks it for a producer id and is refused at once (``UNSUPPORTED_VERSION``)
+        instead of looking for a coordinator until its timeout."""
+        decode_find_coordinator(r, version)
         host, port = self.advertised
-        error = 0 if key_type == 0 else COORDINATOR_NOT_AVAILABLE  # no transaction coordinator
-        return encode_find_coordinator(version, error, self.settings.node_id, host, port)
+        return encode_find_coordinator(version, ErrorCode.NONE, self.settings.node_id, host, port)
 
     async def join_group(self, r: Reader, version: int) -> bytes:
         j = await self.groups.join(decode_join_group(r, version), None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from ledgerstore_kafka.admin_messages import ADMIN_SUPPORTED, TXN_SUPPORTED
 from ledgerstore_kafka.codec import MalformedRequest, Reader, Writer
 from ledgerstore_kafka.group_messages import GROUP_SUPPORTED
 
@@ -68,7 +69,13 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # consumer groups: OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5,
     # Heartbeat 0-3, LeaveGroup 0-2, SyncGroup 0-3 (ledgerstore_kafka.group_messages)
     **GROUP_SUPPORTED,
+    # CreateTopics 0-4, DeleteTopics 0-3, DescribeConfigs 0-3 (ledgerstore_kafka.admin_messages)
+    **ADMIN_SUPPORTED,
 }
+
+#: the transaction APIs: not listed by ApiVersions (clients learn from it that transactions are
+#: not served), but a request for one is answered, with ``UNSUPPORTED_VERSION`` in every part
+UNSERVED: dict[int, tuple[int, int]] = TXN_SUPPORTED
 
 
 #: API key -> the name metrics label its requests with
@@ -76,6 +83,8 @@ API_NAMES: dict[int, str] = {
     ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
     ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions", ApiKey.INIT_PRODUCER_ID: "init_producer_id", 8: "offset_commit", 9: "offset_fetch",
     10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
+    19: "create_topics", 20: "delete_topics", 24: "add_partitions_to_txn", 25: "add_offsets_to_txn", 26: "end_txn",
+    28: "txn_offset_commit", 32: "describe_configs",
 }
 
 

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from ledgerstore.testing.servers import free_port
+from ledgerstore_kafka.codec import Reader, Writer
 
 LEDGERSTORE = str(Path(sys.executable).parent / "ledgerstore")
 
@@ -113,3 +115,50 @@ def confluent_poll(consumer: Any, n: int, timeout_s: float = 60.0) -> list[Any]:
         assert message.error() is None, message.error()
         messages.append(message)
     return messages
+
+
+class RawClient:
+    """Kafka requests written with our codec on a plain socket, to hand the broker exactly the
+    batches a test means (a retry, a gap, an old epoch)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation = 0
+
+    def request(self, api_key: int, version: int, body: bytes) -> Reader:
+        self.correlation += 1
+        frame = Writer().int16(api_key).int16(version).int32(self.correlation).nullable_string("raw").bytes() + body
+        self.sock.sendall(len(frame).to_bytes(4, "big") + frame)
+        size = int.from_bytes(self._exactly(4), "big")
+        r = Reader(self._exactly(size))
+        assert r.int32() == self.correlation
+        return r
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
+        r = self.request(22, 1, Writer().nullable_string(transactional_id).int32(60_000).bytes())
+        r.int32()  # throttle
+        return r.int16(), r.int64(), r.int16()
+
+    def create_topic(self, topic: str) -> None:
+        self.request(3, 4, Writer().array_length(1).string(topic).boolean(True).bytes())
+
+    def produce(self, topic: str, batch: bytes) -> tuple[int, int]:
+        """``(error, base offset)`` of a Produce v7 with one batch for partition 0, acks=all."""
+        body = (Writer().nullable_string(None).int16(-1).int32(30_000).array_length(1).string(topic)
+                .array_length(1).int32(0).nullable_bytes(batch).bytes())
+        r = self.request(0, 7, body)
+        assert r.array_length() == 1 and r.string() == topic and r.array_length() == 1
+        assert r.int32() == 0
+        return r.int16(), r.int64()
+
+    def close(self) -> None:
+        self.sock.close()

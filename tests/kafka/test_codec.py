@@ -10,11 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledgerstore_kafka.admin_messages import (
+    TXN_SUPPORTED,
+    AdminApiKey,
+    decode_create_topics,
+    decode_delete_topics,
+    decode_describe_configs,
+    encode_txn_refusal,
+)
 from ledgerstore_kafka.codec import MalformedRequest, Reader, Writer
 from ledgerstore_kafka.messages import (
     SUPPORTED,
     ApiKey,
     decode_fetch,
+    decode_init_producer_id,
     decode_list_offsets,
     decode_metadata,
     decode_produce,
@@ -89,7 +98,9 @@ def test_an_array_longer_than_its_bytes_is_malformed() -> None:
 
 
 DECODERS = {ApiKey.PRODUCE: decode_produce, ApiKey.FETCH: decode_fetch, ApiKey.LIST_OFFSETS: decode_list_offsets,
-            ApiKey.METADATA: decode_metadata}
+            ApiKey.METADATA: decode_metadata, ApiKey.INIT_PRODUCER_ID: decode_init_producer_id,
+            AdminApiKey.CREATE_TOPICS: decode_create_topics, AdminApiKey.DELETE_TOPICS: decode_delete_topics,
+            AdminApiKey.DESCRIBE_CONFIGS: decode_describe_configs}
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,5 +110,16 @@ def test_decoders_given_random_bytes_raise_only_malformed_request(key: int, data
     version = data.draw(st.integers(low, high))
     try:
         DECODERS[key](Reader(raw), version)
+    except MalformedRequest:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(TXN_SUPPORTED)), st.data(), st.binary(max_size=200))
+def test_transaction_requests_given_random_bytes_raise_only_malformed_request(key: int, data: st.DataObject,
+                                                                             raw: bytes) -> None:
+    low, high = TXN_SUPPORTED[key]
+    try:
+        encode_txn_refusal(key, Reader(raw), data.draw(st.integers(low, high)), 35)
     except MalformedRequest:
         pass
