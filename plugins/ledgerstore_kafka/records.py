@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import zlib
 
 import crc32c
 
 from ledgerstore.errors import LedgerStoreError
 
-__all__ = ["HEADER_SIZE", "BatchError", "BatchInfo", "parse_batch_header", "split_batches", "with_base_offset"]
+__all__ = ["HEADER_SIZE", "BatchError", "BatchInfo", "KafkaRecord", "decode_records", "parse_batch_header",
+           "split_batches", "with_base_offset"]
 
 HEADER_SIZE = 61
 #: bytes before the batch length's count starts (base offset and the length itself)
@@ -108,3 +110,73 @@ def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes]:
 def with_base_offset(batch: bytes, base_offset: int) -> bytes:
     """``batch`` with its base offset field set (outside the CRC's range: the CRC stays valid)."""
     return _BASE.pack(base_offset) + batch[8:]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """One record of a stored batch, as a consumer sees it."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+#: attributes bits 0-2: the compression codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+_CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def decode_records(batch: bytes | memoryview) -> list[KafkaRecord]:
+    """The records of one stored batch (one entry of a partition's log ``kafka-<topic>-<p>``), for
+    pipelines that read the log directly (a Spark job, a ledgerstore log reader). Uncompressed and
+    gzip batches are decoded; another codec raises :class:`BatchError` naming it (decompress
+    ``batch[61:]`` with that codec's library, then read the records the same way)."""
+    data = bytes(batch)
+    if len(data) < HEADER_SIZE:
+        raise BatchError(f"a record batch is {len(data)} bytes, shorter than its {HEADER_SIZE}-byte header", 2)
+    (base, _length, _epoch, _magic, _crc, attributes, _delta, base_ts, _max_ts, _pid, _pepoch, _seq,
+     count) = _HEADER.unpack_from(data, 0)
+    body = data[HEADER_SIZE:]
+    codec = attributes & 0x07
+    if codec == 1:
+        body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    elif codec:
+        raise BatchError(f"records compressed with {_CODECS.get(codec, codec)} are not decoded here", 2)
+    pos = 0
+
+    def varint() -> int:
+        nonlocal pos
+        value = shift = 0
+        while True:
+            if pos >= len(body):
+                raise BatchError("a record runs past the end of its batch", 2)
+            byte = body[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return (value >> 1) ^ -(value & 1)  # zigzag
+            shift += 7
+
+    def blob() -> bytes | None:
+        nonlocal pos
+        n = varint()
+        if n < 0:
+            return None
+        pos += n
+        if pos > len(body):
+            raise BatchError("a record runs past the end of its batch", 2)
+        return body[pos - n:pos]
+
+    out = []
+    for _ in range(count):
+        varint()  # the record's length
+        pos += 1  # its attributes (unused)
+        ts_delta, offset_delta = varint(), varint()
+        key, value = blob(), blob()
+        headers = []
+        for _ in range(varint()):
+            name = blob() or b""
+            headers.append((name.decode("utf-8", errors="replace"), blob()))
+        out.append(KafkaRecord(base + offset_delta, base_ts + ts_delta, key, value, tuple(headers)))
+    return out

@@ -9,6 +9,7 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerstore_kafka.admin_messages import (
     TXN_SUPPORTED,
@@ -28,7 +29,13 @@ from ledgerstore_kafka.messages import (
     decode_metadata,
     decode_produce,
 )
-from ledgerstore_kafka.records import BatchError, parse_batch_header, split_batches, with_base_offset
+from ledgerstore_kafka.records import (
+    BatchError,
+    decode_records,
+    parse_batch_header,
+    split_batches,
+    with_base_offset,
+)
 
 
 def record_batch(n: int, *, magic: int = 2, attributes: int = 0, payload: bytes = b"v") -> bytes:
@@ -123,3 +130,18 @@ def test_transaction_requests_given_random_bytes_raise_only_malformed_request(ke
         encode_txn_refusal(key, Reader(raw), data.draw(st.integers(low, high)), 35)
     except MalformedRequest:
         pass
+
+
+def test_stored_batches_decode_into_their_records_with_offsets_keys_values_and_headers() -> None:
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    builder.append(0, 1000, b"k0", b"v0", [("h", b"x")])
+    builder.append(1, 1005, None, b"v1", [])
+    stored = with_base_offset(bytes(builder.build()), 40)
+    records = decode_records(stored)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records] == [
+        (40, 1000, b"k0", b"v0", (("h", b"x"),)), (41, 1005, None, b"v1", ())]
+    gzip = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 1 << 20)
+    gzip.append(0, 7, b"k", b"compressed", [])
+    assert [r.value for r in decode_records(bytes(gzip.build()))] == [b"compressed"]
+    with pytest.raises(BatchError):
+        decode_records(stored[:-3])
