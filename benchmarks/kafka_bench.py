@@ -32,7 +32,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,20 +43,15 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ledgerstore.aio import Client
+from ledgerstore.ports import free_ports
 
 LEDGERSTORE = str(Path(sys.executable).parent / "ledgerstore")
 PAYLOAD = b"x" * 100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_cluster(directory: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     """``ledgerstore standalone --kafka-port``: its process, bootstrap address and metadata URI."""
-    port = _free_port()
+    port = free_ports(1)[0]
     out = directory / "standalone.out"
     with open(out, "wb") as fh:
         proc = subprocess.Popen([LEDGERSTORE, "standalone", "--data-dir", str(directory / "data"),
