@@ -34,6 +34,7 @@ from ledgerstore_kafka.admin_messages import (
     encode_describe_configs,
     encode_txn_refusal,
 )
+from ledgerstore_kafka.brokers import BrokerRegistry
 from ledgerstore_kafka.codec import MalformedRequest, Reader
 from ledgerstore_kafka.group_messages import (
     GroupApiKey,
@@ -139,6 +140,8 @@ class Broker:
         for key in UNSERVED:
             self.handlers[key] = functools.partial(self.refuse_transaction, key)
         self.groups = GroupCoordinator(client, settings.logs.password)
+        #: the live brokers and the partitions' leaders (ledgerstore_kafka.brokers)
+        self.registry = BrokerRegistry(client.store, settings.node_id)
         self.admin = TopicAdmin(client, AdminSettings(
             settings.node_id, settings.num_partitions, settings.max_batch_bytes, settings.max_request_bytes,
             settings.auto_create_topics, settings.logs.ensemble, settings.logs.password),
@@ -271,10 +274,16 @@ class Broker:
     async def forget_topic(self, topic: str) -> None:
         """Close the partitions of ``topic`` this broker has open (before its logs are deleted)."""
         for key in [k for k in self.partitions if k[0] == topic]:
-            async with self._opening[key]:
-                part = self.partitions.pop(key, None)
-                if part is not None:
-                    await part.close()
+            await self._release(key)
+
+    async def _release(self, key: tuple[str, int]) -> None:
+        """Close a partition this broker has open, if it has."""
+        if key not in self.partitions:
+            return
+        async with self._opening[key]:
+            part = self.partitions.pop(key, None)
+            if part is not None:
+                await part.close()
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -297,8 +306,9 @@ class Broker:
                 answers.append(TopicMetadata(topic, ErrorCode.NONE, self.settings.num_partitions))
             else:
                 answers.append(TopicMetadata(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0))
-        host, port = self.advertised
-        return encode_metadata(version, self.settings.node_id, host, port, self.settings.cluster_id, answers)
+        brokers = [(node, *self.registry.address(node)) for node in sorted(self.registry.live)]
+        return encode_metadata(version, brokers, self.registry.coordinator(), self.settings.cluster_id, answers,
+                               self.registry.leader)
 
     async def _known_partition(self, topic: str, index: int, known: dict[str, int]) -> Partition | int:
         """The partition, or the error code to answer for it."""
@@ -306,6 +316,9 @@ class Broker:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if index < 0 or index >= known.get(topic, 0):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self.registry.leader(topic, index) != self.settings.node_id:
+            await self._release((topic, index))  # another broker leads it now
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         try:
             return await self.partition(topic, index)
         except LedgerStoreError as exc:
@@ -504,8 +517,8 @@ class Broker:
         producer then asks it for a producer id and is refused at once (``UNSUPPORTED_VERSION``)
         instead of looking for a coordinator until its timeout."""
         decode_find_coordinator(r, version)
-        host, port = self.advertised
-        return encode_find_coordinator(version, ErrorCode.NONE, self.settings.node_id, host, port)
+        node = self.registry.coordinator()
+        return encode_find_coordinator(version, ErrorCode.NONE, node, *self.registry.address(node))
 
     async def join_group(self, r: Reader, version: int) -> bytes:
         j = await self.groups.join(decode_join_group(r, version), None)

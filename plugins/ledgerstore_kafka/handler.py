@@ -76,6 +76,7 @@ class KafkaHandler(ProtocolHandler):
         sock = self._server.sockets[0].getsockname()
         self._address = (str(sock[0]), int(sock[1]))
         self.broker.advertised = (self.options.advertised_host or self._address[0], self._address[1])
+        await self.broker.registry.start(*self.broker.advertised)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -96,6 +97,7 @@ class KafkaHandler(ProtocolHandler):
         if self._stopped:
             return
         self._stopped = True
+        await self.broker.registry.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self.broker.connections):

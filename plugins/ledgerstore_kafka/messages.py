@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 
 from ledgerstore_kafka.admin_messages import ADMIN_SUPPORTED, TXN_SUPPORTED
 from ledgerstore_kafka.codec import MalformedRequest, Reader, Writer
@@ -157,18 +158,22 @@ class TopicMetadata:
     partitions: int
 
 
-def encode_metadata(version: int, node_id: int, host: str, port: int, cluster_id: str,
-                    topics: list[TopicMetadata]) -> bytes:
+def encode_metadata(version: int, brokers: list[tuple[int, str, int]], controller_id: int, cluster_id: str,
+                    topics: list[TopicMetadata], leader: Callable[[str, int], int]) -> bytes:
+    """``brokers``: ``(node id, host, port)`` of every live broker; ``leader(topic, partition)``
+    names the node leading a partition (its only replica: the log's bookies hold the copies)."""
     w = Writer()
     if version >= 3:
         w.int32(0)  # throttle_time_ms
-    w.array_length(1).int32(node_id).string(host).int32(port)
-    if version >= 1:
-        w.nullable_string(None)  # rack
+    w.array_length(len(brokers))
+    for node_id, host, port in brokers:
+        w.int32(node_id).string(host).int32(port)
+        if version >= 1:
+            w.nullable_string(None)  # rack
     if version >= 2:
         w.nullable_string(cluster_id)
     if version >= 1:
-        w.int32(node_id)  # controller_id
+        w.int32(controller_id)
     w.array_length(len(topics))
     for t in topics:
         w.int16(t.error).string(t.name)
@@ -176,6 +181,7 @@ def encode_metadata(version: int, node_id: int, host: str, port: int, cluster_id
             w.boolean(False)  # is_internal
         w.array_length(t.partitions)
         for p in range(t.partitions):
+            node_id = leader(t.name, p)
             w.int16(ErrorCode.NONE).int32(p).int32(node_id)
             if version >= 7:
                 w.int32(0)  # leader_epoch

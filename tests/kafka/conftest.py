@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerstore.testing.servers import free_port
 from ledgerstore_kafka.codec import Reader, Writer
@@ -151,14 +152,47 @@ class RawClient:
     def create_topic(self, topic: str) -> None:
         self.request(3, 4, Writer().array_length(1).string(topic).boolean(True).bytes())
 
-    def produce(self, topic: str, batch: bytes) -> tuple[int, int]:
-        """``(error, base offset)`` of a Produce v7 with one batch for partition 0, acks=all."""
+    def produce(self, topic: str, batch: bytes, partition: int = 0) -> tuple[int, int]:
+        """``(error, base offset)`` of a Produce v7 with one batch for ``partition``, acks=all."""
         body = (Writer().nullable_string(None).int16(-1).int32(30_000).array_length(1).string(topic)
-                .array_length(1).int32(0).nullable_bytes(batch).bytes())
+                .array_length(1).int32(partition).nullable_bytes(batch).bytes())
         r = self.request(0, 7, body)
         assert r.array_length() == 1 and r.string() == topic and r.array_length() == 1
-        assert r.int32() == 0
+        assert r.int32() == partition
         return r.int16(), r.int64()
 
     def close(self) -> None:
         self.sock.close()
+
+
+def record_batch(producer_id: int, epoch: int, base_sequence: int, values: list[bytes]) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, base_sequence, 1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, int(time.time() * 1000), None, value, [])
+    return bytes(builder.build())
+
+
+@dataclass(frozen=True)
+class KafkaProcess:
+    """A running ``ledgerstore kafka --config`` (its output in ``directory / "kafka.out"``)."""
+
+    bootstrap: str
+    proc: subprocess.Popen[bytes]
+
+
+def start_kafka_process(metadata: str, directory: Path, port: int, node_id: int = 0) -> KafkaProcess:
+    """``ledgerstore kafka --config`` as broker ``node_id`` on ``port``, once it serves (started
+    again on the same directory, it appends to the same output)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config, out = directory / "kafka.toml", directory / "kafka.out"
+    config.write_text(f'metadata = "{metadata}"\n[kafka]\nport = {port}\nnode_id = {node_id}\n')
+    ready = f"kafka ready on 127.0.0.1:{port}"
+    before = out.read_text().count(ready) if out.exists() else 0
+    with open(out, "ab") as fh:
+        proc = subprocess.Popen([LEDGERSTORE, "kafka", "--config", str(config)], stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while out.read_text().count(ready) == before:
+        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+        time.sleep(0.1)
+    return KafkaProcess(f"127.0.0.1:{port}", proc)

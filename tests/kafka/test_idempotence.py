@@ -5,9 +5,7 @@ acknowledged record and duplicates none; kafka-python's default (idempotent) pro
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,19 +14,11 @@ import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerstore.testing.servers import free_port
-from tests.kafka.conftest import LEDGERSTORE, KafkaCluster, RawClient, confluent_poll
+from tests.kafka.conftest import KafkaCluster, RawClient, confluent_poll, record_batch, start_kafka_process
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def batch(producer_id: int, epoch: int, base_sequence: int, values: list[bytes]) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, base_sequence, 1 << 20)
-    for i, value in enumerate(values):
-        builder.append(i, int(time.time() * 1000), None, value, [])
-    return bytes(builder.build())
 
 
 def test_init_producer_id_hands_out_a_new_id_each_time_and_refuses_transactional_ids(
@@ -48,16 +38,16 @@ def test_a_retried_batch_gets_its_original_offset_and_is_stored_once(kafka_clust
     try:
         raw.create_topic(topic)
         _, pid, epoch = raw.init_producer_id()
-        first, second = batch(pid, epoch, 0, [b"a", b"b", b"c"]), batch(pid, epoch, 3, [b"d", b"e"])
+        first, second = record_batch(pid, epoch, 0, [b"a", b"b", b"c"]), record_batch(pid, epoch, 3, [b"d", b"e"])
         assert raw.produce(topic, first) == (0, 0)
         assert raw.produce(topic, second) == (0, 3)
         assert raw.produce(topic, first) == (0, 0)  # a retry: the original's offset, nothing written
         assert raw.produce(topic, second) == (0, 3)
-        assert raw.produce(topic, batch(pid, epoch, 3, [b"d"])) == (46, -1)  # other boundaries: DUPLICATE_SEQUENCE
-        assert raw.produce(topic, batch(pid, epoch, 7, [b"g"])) == (45, -1)  # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
-        assert raw.produce(topic, batch(pid, epoch, 5, [b"f"])) == (0, 5)
-        assert raw.produce(topic, batch(pid, epoch + 1, 0, [b"x"])) == (0, 6)  # a new epoch starts at 0
-        assert raw.produce(topic, batch(pid, epoch, 6, [b"old"])) == (47, -1)  # the old epoch is fenced
+        assert raw.produce(topic, record_batch(pid, epoch, 3, [b"d"])) == (46, -1)  # other boundaries: DUPLICATE_SEQUENCE
+        assert raw.produce(topic, record_batch(pid, epoch, 7, [b"g"])) == (45, -1)  # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert raw.produce(topic, record_batch(pid, epoch, 5, [b"f"])) == (0, 5)
+        assert raw.produce(topic, record_batch(pid, epoch + 1, 0, [b"x"])) == (0, 6)  # a new epoch starts at 0
+        assert raw.produce(topic, record_batch(pid, epoch, 6, [b"old"])) == (47, -1)  # the old epoch is fenced
     finally:
         raw.close()
     consumer = KafkaConsumer(bootstrap_servers=kafka_cluster.bootstrap, group_id=None, auto_offset_reset="earliest",
@@ -76,27 +66,10 @@ def test_kafka_pythons_default_idempotent_producer_produces_in_order(kafka_clust
     producer.close()
 
 
-def start_broker(config: Path, out: Path, port: int) -> subprocess.Popen[bytes]:
-    """``ledgerstore kafka --config`` (its output appended to ``out``), once it serves."""
-    ready = f"kafka ready on 127.0.0.1:{port}"
-    before = out.read_text().count(ready) if out.exists() else 0
-    with open(out, "ab") as fh:
-        proc = subprocess.Popen([LEDGERSTORE, "kafka", "--config", str(config)], stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 60
-    while out.read_text().count(ready) == before:
-        assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
-        time.sleep(0.1)
-    return proc
-
-
 def test_an_idempotent_producer_loses_and_duplicates_nothing_when_its_broker_is_killed_mid_stream(
         kafka_cluster: KafkaCluster, tmp_path: Path, topic: str) -> None:
     port = free_port()
-    config = tmp_path / "kafka.toml"
-    config.write_text(f'metadata = "{kafka_cluster.metadata}"\n[kafka]\nport = {port}\n')
-    out = tmp_path / "kafka.out"
-    broker = start_broker(config, out, port)
+    broker = start_kafka_process(kafka_cluster.metadata, tmp_path, port).proc
     acknowledged: list[str] = []
     failed: list[str] = []
 
@@ -122,7 +95,7 @@ def test_an_idempotent_producer_loses_and_duplicates_nothing_when_its_broker_is_
                 send(10)
             broker.send_signal(signal.SIGKILL)
             broker.wait(30)
-            broker = start_broker(config, out, port)
+            broker = start_kafka_process(kafka_cluster.metadata, tmp_path, port).proc
         for _ in range(40):
             send(50)
         assert producer.flush(180) == 0
@@ -130,7 +103,7 @@ def test_an_idempotent_producer_loses_and_duplicates_nothing_when_its_broker_is_
         broker.send_signal(signal.SIGTERM)
         broker.wait(60)
     assert not failed and len(acknowledged) == sent
-    broker = start_broker(config, out, port)
+    broker = start_kafka_process(kafka_cluster.metadata, tmp_path, port).proc
     try:
         consumer = ConfluentConsumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"g-{topic}",
                                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
@@ -141,7 +114,7 @@ def test_an_idempotent_producer_loses_and_duplicates_nothing_when_its_broker_is_
     finally:
         broker.send_signal(signal.SIGTERM)
         broker.wait(60)
-    retried = out.read_text().count("answered with its original offset")
+    retried = (tmp_path / "kafka.out").read_text().count("answered with its original offset")
     print(f"{len(acknowledged)} records acknowledged, {retried} retried batches answered with their original offset")
     counts = Counter(m.key().decode() for m in messages)
     assert sorted(counts) == sorted(acknowledged)  # none lost

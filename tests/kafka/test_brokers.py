@@ -1,0 +1,109 @@
+"""Several brokers on one cluster: the standalone cluster's own broker (node 0) and two
+``ledgerstore kafka`` processes (nodes 1 and 2) share a topic's partitions by their leases in the
+metadata store and answer the same leaders; a broker asked for a partition another leads
+answers ``NOT_LEADER_OR_FOLLOWER``; a broker killed with -9 loses its partitions to the others
+within the store's session timeout, and a confluent-kafka producer goes on with no record lost."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ledgerstore.testing.servers import free_port
+from tests.kafka.conftest import KafkaCluster, RawClient, record_batch, start_kafka_process
+
+pytestmark = pytest.mark.timeout(400)
+
+PARTITIONS = 6
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic=topic, timeout=30)
+    return {p.id: p.leader for p in meta.topics[topic].partitions.values()}
+
+
+def brokers(bootstrap: str) -> set[int]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers)
+
+
+def agreed(addresses: tuple[str, ...], topic: str, live: set[int], timeout: float = 40) -> dict[int, int]:
+    """The partitions' leaders once every broker at ``addresses`` lists the ``live`` brokers and
+    answers the same leaders, among them (each broker reads the leases on its own second)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        views = [(brokers(a), leaders(a, topic)) for a in addresses]
+        if all(b == live and set(v.values()) <= live and v == views[0][1] for b, v in views):
+            return views[0][1]
+        assert time.monotonic() < deadline, views
+        time.sleep(0.5)
+
+
+def test_partitions_spread_over_brokers_and_a_killed_brokers_move_to_the_others(
+        kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    topic = "spread"  # its six partitions land on all three brokers (rendezvous hashing is fixed)
+    one = start_kafka_process(kafka_cluster.metadata, tmp_path / "one", free_port(), node_id=1)
+    two = start_kafka_process(kafka_cluster.metadata, tmp_path / "two", free_port(), node_id=2)
+    try:
+        admin = AdminClient({"bootstrap.servers": one.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
+        addresses = (kafka_cluster.bootstrap, one.bootstrap, two.bootstrap)
+        before = agreed(addresses, topic, {0, 1, 2})
+        assert set(before.values()) == {0, 1, 2}  # spread over the three
+        led_by_two = min(p for p, node in before.items() if node == 2)
+
+        raw = RawClient(one.bootstrap)  # node 1 does not lead that partition: it says so
+        try:
+            raw.create_topic(topic)
+            wrong = record_batch(-1, -1, -1, [b"wrong broker"])
+            assert raw.produce(topic, wrong, partition=led_by_two)[0] == 6  # NOT_LEADER_OR_FOLLOWER
+        finally:
+            raw.close()
+
+        producer = Producer({"bootstrap.servers": one.bootstrap, "acks": "all", "linger.ms": 5,
+                             "message.timeout.ms": 120_000, "topic.metadata.refresh.interval.ms": 1000})
+        acked: dict[int, int] = {}
+
+        def delivered(err: object, msg: object) -> None:
+            assert err is None, err
+            p = msg.partition()  # type: ignore[attr-defined]
+            acked[p] = acked.get(p, 0) + 1
+
+        for i in range(PARTITIONS * 50):
+            producer.produce(topic, f"before-{i}".encode(), partition=i % PARTITIONS, on_delivery=delivered)
+        assert producer.flush(60) == 0
+
+        two.proc.send_signal(signal.SIGKILL)
+        two.proc.wait(30)
+        killed = time.monotonic()
+        after = agreed(addresses[:2], topic, {0, 1})
+        took = time.monotonic() - killed
+        print(f"node 2's partitions moved {took:.1f}s after its SIGKILL: {before} -> {after}")
+        assert took < 25  # the store's session timeout (10 s), its reaping and one refresh
+        assert {p: n for p, n in after.items() if before[p] != 2} == {p: n for p, n in before.items() if n != 2}
+
+        for i in range(PARTITIONS * 50):
+            producer.produce(topic, f"after-{i}".encode(), partition=i % PARTITIONS, on_delivery=delivered)
+        assert producer.flush(90) == 0
+        assert acked == {p: 100 for p in range(PARTITIONS)}
+
+        consumer = Consumer({"bootstrap.servers": one.bootstrap, "group.id": f"g-{topic}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        got: dict[int, list[int]] = {}
+        deadline = time.monotonic() + 60
+        while sum(len(v) for v in got.values()) < PARTITIONS * 100 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got.setdefault(message.partition(), []).append(message.offset())
+        consumer.close()
+        assert {p: offsets for p, offsets in got.items()} == {p: list(range(100)) for p in range(PARTITIONS)}
+    finally:
+        for broker in (one, two):
+            if broker.proc.poll() is None:
+                broker.proc.send_signal(signal.SIGTERM)
+                broker.proc.wait(60)
