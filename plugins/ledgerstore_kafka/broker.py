@@ -88,6 +88,9 @@ __all__ = ["Broker", "BrokerSettings"]
 
 log = logging.getLogger(__name__)
 
+#: Kafka's answer from a broker that does not coordinate the group asked about
+NOT_COORDINATOR = 16
+
 #: the metadata store's counter Kafka producer ids come from
 PRODUCER_ID_COUNTER = "kafka_producer_id"
 
@@ -520,25 +523,45 @@ class Broker:
         node = self.registry.coordinator()
         return encode_find_coordinator(version, ErrorCode.NONE, node, *self.registry.address(node))
 
+    @property
+    def coordinating(self) -> bool:
+        """Whether this broker coordinates the groups now; the others answer ``NOT_COORDINATOR``,
+        so a client asks FindCoordinator again."""
+        return self.registry.coordinator() == self.settings.node_id
+
     async def join_group(self, r: Reader, version: int) -> bytes:
-        j = await self.groups.join(decode_join_group(r, version), None)
+        req = decode_join_group(r, version)
+        if not self.coordinating:
+            return encode_join_group(version, NOT_COORDINATOR, -1, "", "", "", [])
+        j = await self.groups.join(req, None)
         return encode_join_group(version, j.error, j.generation, j.protocol, j.leader, j.member_id, j.members)
 
     async def sync_group(self, r: Reader, version: int) -> bytes:
-        error, assignment = await self.groups.sync(decode_sync_group(r, version))
+        req = decode_sync_group(r, version)
+        if not self.coordinating:
+            return encode_sync_group(version, NOT_COORDINATOR, b"")
+        error, assignment = await self.groups.sync(req)
         return encode_sync_group(version, error, assignment)
 
     async def heartbeat(self, r: Reader, version: int) -> bytes:
-        return encode_error_only(version, await self.groups.heartbeat(*decode_heartbeat(r, version)))
+        req = decode_heartbeat(r, version)
+        return encode_error_only(version, await self.groups.heartbeat(*req) if self.coordinating else NOT_COORDINATOR)
 
     async def leave_group(self, r: Reader, version: int) -> bytes:
-        return encode_error_only(version, await self.groups.leave(*decode_leave_group(r, version)))
+        req = decode_leave_group(r, version)
+        return encode_error_only(version, await self.groups.leave(*req) if self.coordinating else NOT_COORDINATOR)
 
     async def offset_commit(self, r: Reader, version: int) -> bytes:
-        return encode_offset_commit(version, await self.groups.commit(decode_offset_commit(r, version)))
+        req = decode_offset_commit(r, version)
+        if not self.coordinating:
+            return encode_offset_commit(version, [(t, [(p[0], NOT_COORDINATOR) for p in ps]) for t, ps in req.topics])
+        return encode_offset_commit(version, await self.groups.commit(req))
 
     async def offset_fetch(self, r: Reader, version: int) -> bytes:
         group_id, topics = decode_offset_fetch(r, version)
+        if not self.coordinating:
+            return encode_offset_fetch(version, NOT_COORDINATOR,
+                                       [(t, [(i, -1, None, NOT_COORDINATOR) for i in ps]) for t, ps in topics or []])
         return encode_offset_fetch(version, 0, await self.groups.fetch_offsets(group_id, topics))
 
     async def close(self) -> None:

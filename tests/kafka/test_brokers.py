@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ledgerstore.testing.servers import free_port
+from ledgerstore_kafka.codec import Writer
 from tests.kafka.conftest import KafkaCluster, RawClient, record_batch, start_kafka_process
 
 pytestmark = pytest.mark.timeout(400)
@@ -61,6 +62,8 @@ def test_partitions_spread_over_brokers_and_a_killed_brokers_move_to_the_others(
             raw.create_topic(topic)
             wrong = record_batch(-1, -1, -1, [b"wrong broker"])
             assert raw.produce(topic, wrong, partition=led_by_two)[0] == 6  # NOT_LEADER_OR_FOLLOWER
+            # node 0 coordinates the groups (the lowest live id): node 1 answers NOT_COORDINATOR
+            assert raw.request(12, 0, Writer().string("g").int32(1).string("m").bytes()).int16() == 16
         finally:
             raw.close()
 
