@@ -15,6 +15,7 @@ from ledgerstore.api import option
 from ledgerstore.api.protocol import HandlerHealth, ProtocolHandler
 from ledgerstore_kafka.broker import Broker, BrokerSettings
 from ledgerstore_kafka.partition import LogSettings
+from ledgerstore_kafka.tls import server_context
 
 __all__ = ["KafkaHandler"]
 
@@ -38,7 +39,8 @@ class KafkaHandler(ProtocolHandler):
         many partitions; ``max_batch_bytes``: a larger record batch is refused with
         ``MESSAGE_TOO_LARGE``; ``max_request_bytes``: a larger frame closes the connection;
         ``cache_bytes``: recent batches kept in memory per partition; ``log_password``,
-        ``ensemble``, ``write_quorum``, ``ack_quorum``: how the partitions' logs are opened.
+        ``ensemble``, ``write_quorum``, ``ack_quorum``: how the partitions' logs are opened;
+        ``tls_cert_file``/``tls_key_file`` (and ``tls_ca_file`` for client certificates): TLS.
         """
 
         host: str = option("127.0.0.1", "address to listen on")
@@ -58,6 +60,9 @@ class KafkaHandler(ProtocolHandler):
         ensemble: int = option(0, "ensemble size of the partitions' ledgers (0: the client's default)", minimum=0)
         write_quorum: int = option(0, "write quorum (0: the client's default)", minimum=0)
         ack_quorum: int = option(0, "ack quorum; acks=all and acks=1 wait for it (0: the client's default)", minimum=0)
+        tls_cert_file: str = option("", "PEM certificate of the listener: with tls_key_file, clients connect over TLS")
+        tls_key_file: str = option("", "PEM private key of tls_cert_file")
+        tls_ca_file: str = option("", "PEM CA bundle: clients must present a certificate it signed")
 
     def __init__(self, client: Any, options: Options) -> None:
         super().__init__(client, options)
@@ -72,7 +77,9 @@ class KafkaHandler(ProtocolHandler):
         self._stopped = False
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, self.options.host, self.options.port)
+        o = self.options
+        tls = server_context(o.tls_cert_file, o.tls_key_file, o.tls_ca_file)
+        self._server = await asyncio.start_server(self._connection, o.host, o.port, ssl=tls)
         sock = self._server.sockets[0].getsockname()
         self._address = (str(sock[0]), int(sock[1]))
         self.broker.advertised = (self.options.advertised_host or self._address[0], self._address[1])
