@@ -169,7 +169,7 @@ class Auditor:
         registered = {b.bookie_id for b in await self.registry.all()}
         known = set(await self.store.children(layout.COOKIES)) | self._referenced
         now = self.clock()
-        for b in known - registered:
+        for b in sorted(known - registered):  # sorted: the order of awaits never follows a set's hash order
             if b not in self.lost_since:
                 log.info("auditor: bookie %s is gone; its ledgers are marked after %.1fs unless it returns", b, delay)
                 self.lost_since[b] = now
@@ -243,7 +243,7 @@ class Auditor:
         marked = 0
         referenced: set[str] = set()
         lost = {b: (lost or {}).get(b, self.incarnations.get(b)) for b in targets}
-        for b in targets:
+        for b in sorted(targets):
             await self.markers.note_loss(b, lost[b], reason)
         # reads overlap (a window of them in flight): a pass over 100,000 ledgers costs about
         # 100,000 / READ_WINDOW round trips, far inside a ZooKeeper session timeout
