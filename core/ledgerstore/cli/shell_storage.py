@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from ledgerstore.api.files import OsStorageFile, OsStorageFiles
 from ledgerstore.cli.common import emit, handle_errors
 from ledgerstore.cli.shell_local import (
     bookie_id_of,
@@ -97,12 +98,16 @@ def read_log_metadata(path: Path) -> dict[str, Any]:
             total, ledgers = decoded
             source, problem = "ledger map", ""
         else:
-            scanner = _plugin_module("entrylog", "entrylog").LogScanner(fd, size, path)
-            ledgers, total = {}, 0
-            for rec in scanner:
-                ledgers[rec.ledger_id] = ledgers.get(rec.ledger_id, 0) + rec.record_size
-                total += rec.record_size
-            source, problem = "scan", scanner.error
+            log_file = OsStorageFile(os.dup(fd))
+            try:
+                scanner = _plugin_module("entrylog", "entrylog").LogScanner(log_file, size, path)
+                ledgers, total = {}, 0
+                for rec in scanner:
+                    ledgers[rec.ledger_id] = ledgers.get(rec.ledger_id, 0) + rec.record_size
+                    total += rec.record_size
+                source, problem = "scan", scanner.error
+            finally:
+                log_file.close()
     finally:
         os.close(fd)
     return {"log": str(path), "log_id": log_id, "source": source, "total_size": total, "ledgers": ledgers,
@@ -206,14 +211,15 @@ def _entrylog_index(cfg: Any, ledger_id: int) -> tuple[dict[str, Any], list[dict
     path = next((p for d in cfg.ledger_dirs if (p := fmt.index_path(Path(d) / "current", ledger_id)).exists()), None)
     if path is None:
         raise NoSuchLedgerError(f"ledger {ledger_id} has no index file on this bookie ({', '.join(cfg.ledger_dirs)})")
-    header, size = index.read_header(path)
+    files = OsStorageFiles()
+    header, size = index.read_header(files, path)
     rows: list[dict[str, Any]] = []
     logs: dict[int, int] = {}
     try:
         n_pages = (size - fmt.INDEX_HEADER_SIZE + header.page_size - 1) // header.page_size
         slots = header.page_size // 8
         for page_no in range(max(n_pages, 0)):
-            for i, slot in enumerate(index.read_page(path, page_no, header.page_size)):
+            for i, slot in enumerate(index.read_page(files, path, page_no, header.page_size)):
                 if not slot:
                     continue
                 location = slot - 1
