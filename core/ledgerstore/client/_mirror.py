@@ -160,7 +160,11 @@ def _remaining() -> float | None:
 
 
 class _Call(Generic[T]):
-    """One coroutine submitted to the loop from another thread, cancellable before it starts."""
+    """One coroutine submitted to the loop from another thread, cancellable before it starts.
+
+    Construction does not submit: the caller calls :meth:`submit` inside the ``try`` whose handler
+    cancels, so an interrupt (a signal handler runs at any bytecode) that lands just after the
+    coroutine reached the loop still cancels it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> None:
         self.loop = loop
@@ -169,7 +173,14 @@ class _Call(Generic[T]):
         self.ended = threading.Event()
         self.task: asyncio.Task[T] | None = None
         self.abandoned = False
-        loop.call_soon_threadsafe(self._start)
+        self.submitted = False
+
+    def submit(self) -> None:
+        """Hand the coroutine to the loop (once)."""
+        if self.submitted:
+            return
+        self.submitted = True  # before the hand-over: an interrupt inside it still waits for _start
+        self.loop.call_soon_threadsafe(self._start)
 
     def _start(self) -> None:
         if self.abandoned:
@@ -198,6 +209,11 @@ class _Call(Generic[T]):
         """Cancel the coroutine on the loop and wait until it has unwound."""
         if self.ended.is_set():
             return
+        if not self.submitted:  # interrupted before the loop ever saw it
+            self.coro.close()
+            self.result.cancel()
+            self.ended.set()
+            return
         if _on_loop_thread(self.loop):  # e.g. an abandoned iterator collected there: cannot wait
             self._cancel()
             return
@@ -217,6 +233,7 @@ def run(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = N
         raise LedgerStoreError("the ledgerstore client this object belongs to is closed")
     call = _Call(loop, coro)
     try:
+        call.submit()
         return call.result.result(_remaining())
     except BaseException as exc:
         if call.result.done():  # the coroutine's own outcome
@@ -274,6 +291,7 @@ class _Pump:
         self.paused = False  # the pump waits for room
         self.room: asyncio.Event | None = None
         self.call = _Call(loop, self._run(make))
+        self.call.submit()
 
     async def _run(self, make: Callable[[], Any]) -> None:
         self.room = asyncio.Event()
