@@ -154,9 +154,11 @@ class Compactor:
         scanner = LogScanner(lg.file, lg.written, lg.path)
         batch: list[ScannedRecord] = []
         batch_bytes = 0
+        seen: dict[int, int] = {}  # record bytes the scan read, by ledger
         for rec in scanner:
             batch.append(rec)
             batch_bytes += rec.record_size
+            seen[rec.ledger_id] = seen.get(rec.ledger_id, 0) + rec.record_size
             if batch_bytes >= _COMPACT_BATCH_BYTES:
                 self._copy_live(lg, batch, moved)
                 batch, batch_bytes = [], 0
@@ -168,6 +170,18 @@ class Compactor:
                 lg.pinned = True
             remove_file(st.files, intent)
             log.error("%s; compaction skipped, the log is kept and excluded from GC", scanner.error)
+            return
+        unread = self._unread_live_entry(lg, seen, moved)
+        if unread is not None:
+            # The scan ended early at what looked like a torn tail (a length field read with a
+            # flipped bit does), and the index still points past it: deleting the log would lose
+            # acknowledged entries. The copies made so far are unreferenced garbage; the log stays.
+            with st.lock:
+                lg.pinned = True
+            remove_file(st.files, intent)
+            log.error("entry log %s: the index points at entry %d of ledger %d in it, which the compaction scan "
+                      "(stopped at offset %d of %d) did not read; compaction skipped, the log is kept and "
+                      "excluded from GC", lg.path, unread[1], unread[0], scanner.end, lg.written)
             return
         self._checkpointer.checkpoint()  # the copies are durable ...
         cache = self._cache
@@ -184,6 +198,34 @@ class Compactor:
             st.logs.pop(lg.log_id, None)
             st.counters.compactions += 1
         self._remove_log(lg)
+
+    def _unread_live_entry(self, lg: EntryLog, seen: dict[int, int],
+                           moved: list[tuple[int, int, int, int]]) -> tuple[int, int] | None:
+        """``(ledger id, entry id)`` of an entry the index places in ``lg`` that the scan did not
+        copy, or None. Only ledgers the scan read fewer record bytes of than the log's ledger map
+        counts are looked at (a healthy scan reads them all: nothing to look at)."""
+        st = self._state
+        cache = self._cache
+        with st.lock:
+            short = [lid for lid, n in lg.ledgers.items() if lid in st.ledgers and seen.get(lid, 0) < n]
+        if not short:
+            return None
+        copied = {(lid, eid) for lid, eid, _, _ in moved}
+        for lid in short:
+            with st.lock:
+                led = st.ledgers.get(lid)
+                last = -1 if led is None else led.last
+            for start in range(0, last + 1, _INDEX_UPDATE_CHUNK):
+                with st.lock:
+                    led = st.ledgers.get(lid)
+                    if led is None:
+                        break
+                    for eid in range(start, min(last + 1, start + _INDEX_UPDATE_CHUNK)):
+                        slot = cache.slot(led, eid)
+                        if slot and (slot - 1) >> 32 == lg.log_id and (lid, eid) not in copied:
+                            return lid, eid
+                _let_waiters_in()
+        return None
 
     def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
         """Append the records of ``batch`` that the index still points at to the active logs."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ledgerstore.api.files import OsStorageFile, OsStorageFiles
 from ledgerstore.errors import (
     BookieDiskFullError,
     BookieIOError,
@@ -25,6 +26,7 @@ from ledgerstore.errors import (
     UnauthorizedAccessError,
 )
 from ledgerstore_entrylog import EntryLogStorage
+from ledgerstore_entrylog.entrylog import LogScanner
 
 TINY = {"write_buffer_size": 4096, "entry_log_size_limit": 64 * 1024, "page_size": 256, "page_limit_bytes": 4096}
 
@@ -447,6 +449,76 @@ def test_compaction_keeps_entries_readded_while_it_runs(tmp_path: Path) -> None:
     try:
         assert not errors, errors
         for eid in range(2000):
+            assert e.get_entry(2, eid) == payload(2, eid, 512)
+    finally:
+        e.close()
+
+
+class _FlipOnRead(OsStorageFiles):
+    """The operating system's files, except that reads of one file covering one offset come back
+    with a bit of that byte flipped (while ``armed``): a bit flipped on the way from the disk."""
+
+    def __init__(self) -> None:
+        self.target: tuple[str, int] | None = None
+        self.armed = False
+        self.flipped = 0
+
+    def open(self, path: Path, **kw: Any) -> OsStorageFile:
+        f = super().open(path, **kw)
+        if self.target is None or path.name != self.target[0]:
+            return f
+        files, at = self, self.target[1]
+
+        class Flipping(OsStorageFile):
+            def pread(self, size: int, offset: int, /) -> bytes:
+                raw = super().pread(size, offset)
+                if files.armed and offset <= at < offset + len(raw):
+                    files.flipped += 1
+                    b = bytearray(raw)
+                    b[at - offset] ^= 0x40
+                    return bytes(b)
+                return raw
+
+        g = Flipping(f.fd)
+        f.fd = -1  # the descriptor now belongs to the flipping file
+        return g
+
+
+def test_compaction_keeps_a_log_whose_scan_stopped_at_a_flipped_record_length(tmp_path: Path) -> None:
+    """A bit flipped in a record's length makes the record run past the end of its log, which the
+    scan takes for a torn tail: compaction must not then delete the log with the live entries
+    after it (the index still points at them). Found by the simulation (seed 619)."""
+    files = _FlipOnRead()
+    opts = {"entry_log_size_limit": 128 * 1024, "page_size": 512, "page_limit_bytes": 4096}
+    e = EntryLogStorage([tmp_path], files=files, **opts)
+    e.open()
+    try:
+        for lid in (1, 2):
+            e.set_master_key(lid, b"mk")
+        for eid in range(600):
+            for lid in (1, 2):
+                e.add_entry(lid, eid, payload(lid, eid, 512))
+        e.flush()
+        first = min(tmp_path.rglob("entrylog-*.log"))
+        with first.open("rb") as fh:
+            f = OsStorageFile(os.dup(fh.fileno()))
+            try:
+                records = list(LogScanner(f, first.stat().st_size, first))
+            finally:
+                f.close()
+        victim = next(r for r in records[len(records) // 2:] if r.ledger_id == 2)
+        # the high byte of the big-endian length: the record now runs far past the end of the log
+        files.target = (first.name, victim.offset)
+        e.close()
+        e = EntryLogStorage([tmp_path], files=files, **opts)
+        e.open()
+        e.delete_ledger(1)  # half of every log is dead: a candidate for compaction
+        files.armed = True
+        e.compact(0.8)
+        assert files.flipped, "the compaction never read the damaged record"
+        assert first.exists(), "compaction deleted a log the index still points into"
+        files.armed = False
+        for eid in range(600):
             assert e.get_entry(2, eid) == payload(2, eid, 512)
     finally:
         e.close()
