@@ -492,9 +492,12 @@ class Broker:
     async def init_producer_id(self, r: Reader, version: int) -> bytes:
         """A new producer id, epoch 0, for an idempotent producer: the metadata store's counter
         :data:`PRODUCER_ID_COUNTER` hands each value out once, across brokers and restarts.
-        Transactional producers are not served (``UNSUPPORTED_VERSION``)."""
+        Transactional producers are not served: a transactional id is answered
+        ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED`` (no transactional id is granted here), which
+        clients treat as fatal at once; ``UNSUPPORTED_VERSION`` made librdkafka retry every half
+        second until its ``init_transactions`` timeout."""
         if decode_init_producer_id(r, version) is not None:
-            return encode_init_producer_id(version, ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+            return encode_init_producer_id(version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
         producer_id = await self.client.store.next_id(PRODUCER_ID_COUNTER)
         return encode_init_producer_id(version, ErrorCode.NONE, producer_id, 0)
 

@@ -1,7 +1,8 @@
 """Topic administration with Kafka's own admin clients: confluent-kafka's ``AdminClient`` and
 kafka-python's ``KafkaAdminClient`` create topics (their partitions' logs), are refused what the
 mapping cannot do, describe a topic's and the broker's configuration and delete topics (their
-logs); transaction requests are answered ``UNSUPPORTED_VERSION``."""
+logs); a transactional producer id is refused, the other transaction requests are answered
+``UNSUPPORTED_VERSION``."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_kafka_python_admin_creates_describes_and_deletes_a_topic(kafka_cluster:
 def test_transaction_requests_are_answered_unsupported_version(kafka_cluster: KafkaCluster) -> None:
     raw = RawClient(kafka_cluster.bootstrap)
     try:
-        assert raw.init_producer_id("payments")[0] == 35
+        assert raw.init_producer_id("payments")[0] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         body = Writer().string("payments").int64(1).int16(0).array_length(1).string("t").array_length(2)
         r = raw.request(24, 1, body.int32(0).int32(1).bytes())  # AddPartitionsToTxn
         r.int32()
@@ -103,5 +104,7 @@ def test_transaction_requests_are_answered_unsupported_version(kafka_cluster: Ka
 def test_a_transactional_confluent_producer_is_refused_at_once(kafka_cluster: KafkaCluster) -> None:
     producer = ConfluentProducer({"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": "payments"})
     with pytest.raises(KafkaException) as exc:
-        producer.init_transactions(30)  # not a timeout: the producer id is refused
-    assert exc.value.args[0].code() == KafkaError.UNSUPPORTED_VERSION
+        producer.init_transactions(30)
+    # fatal: librdkafka gives up at the first answer instead of retrying until the 30 s timeout
+    assert exc.value.args[0].fatal()
+    assert exc.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -28,7 +28,7 @@ def test_init_producer_id_hands_out_a_new_id_each_time_and_refuses_transactional
         first, second = raw.init_producer_id(), raw.init_producer_id()
         assert first[0] == second[0] == 0 and first[2] == second[2] == 0
         assert second[1] > first[1] >= 1
-        assert raw.init_producer_id("payments")[0] == 35  # UNSUPPORTED_VERSION: no transactions
+        assert raw.init_producer_id("payments")[0] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no transactions
     finally:
         raw.close()
 
