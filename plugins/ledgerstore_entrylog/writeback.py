@@ -140,19 +140,27 @@ class Checkpointer:
                     f"an earlier flush failed ({st.flush_failure}); what is durable is unknown: "
                     "restart the bookie so the journal is replayed"
                 )
-            try:
-                self.checkpoint()
-            except BookieDiskFullError:
-                # Nothing is in doubt: what did not fit is still buffered or dirty (see
-                # checkpoint()), so the next flush retries it once space comes back.
-                raise
-            except BookieIOError as exc:
-                st.flush_failure = str(exc)
-                raise
+            self.checkpoint()
 
     def checkpoint(self) -> None:
         """The checkpoint itself, without the checks of :meth:`flush`; the caller holds
-        ``flush_mutex`` (compaction runs it between its steps)."""
+        ``flush_mutex`` (compaction runs it between its steps).
+
+        A failure other than a full disk leaves what is durable unknown, whoever called: it
+        poisons every later :meth:`flush` (a compaction's checkpoint that failed once let the
+        bookie's next flush succeed without the index pages it had taken, and the journal was
+        trimmed past entries whose index never reached the disk). A full disk does not: what did
+        not fit is still buffered or dirty, so the next flush retries it once space comes back."""
+        try:
+            self._checkpoint()
+        except BookieDiskFullError:
+            raise
+        except BookieIOError as exc:
+            st = self._state
+            st.flush_failure = st.flush_failure or str(exc)
+            raise
+
+    def _checkpoint(self) -> None:
         st = self._state
         # 1. Entry logs: every record added so far reaches the disk before any index does.
         with st.lock:
@@ -215,10 +223,11 @@ class Checkpointer:
                         f.sync()
                     except OSError as exc:
                         raise BookieIOError(f"fsync of index file {path} failed: {exc}") from exc
-            except BookieDiskFullError:
-                # A write of this hold found the disk full. Its pages already written are no
-                # longer dirty but not yet synced: sync them by path in a later flush; the
-                # ledgers from this hold's first on are flushed again (a clean one is skipped).
+            except BookieIOError:
+                # A write of this hold failed (a full disk, or an error that poisons later
+                # flushes: see checkpoint()). Its pages already written are no longer dirty but
+                # not yet synced: sync them by path in a later flush; the ledgers from this
+                # hold's first on are flushed again (a clean one is skipped).
                 with st.lock:
                     st.unsynced_index.update(path for _, path in opened)
                     st.dirty_ledgers.update(todo[start:])

@@ -3,6 +3,7 @@ SIGKILLed processes, detection of on-disk damage, space reclamation by GC and co
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -454,33 +455,44 @@ def test_compaction_keeps_entries_readded_while_it_runs(tmp_path: Path) -> None:
         e.close()
 
 
-class _FlipOnRead(OsStorageFiles):
-    """The operating system's files, except that reads of one file covering one offset come back
-    with a bit of that byte flipped (while ``armed``): a bit flipped on the way from the disk."""
+class _FaultyFiles(OsStorageFiles):
+    """The operating system's files, with two faults of a disk: reads of one file covering one
+    offset come back with a bit of that byte flipped (while ``flip_armed``), and writes to index
+    files fail with EIO (while ``fail_index_writes``)."""
 
     def __init__(self) -> None:
         self.target: tuple[str, int] | None = None
-        self.armed = False
+        self.flip_armed = False
         self.flipped = 0
+        self.fail_index_writes = False
+        self.failed_writes = 0
 
     def open(self, path: Path, **kw: Any) -> OsStorageFile:
         f = super().open(path, **kw)
-        if self.target is None or path.name != self.target[0]:
+        files = self
+        flip_at = self.target[1] if self.target is not None and path.name == self.target[0] else None
+        index = path.suffix == ".idx"
+        if flip_at is None and not index:
             return f
-        files, at = self, self.target[1]
 
-        class Flipping(OsStorageFile):
+        class Faulty(OsStorageFile):
             def pread(self, size: int, offset: int, /) -> bytes:
                 raw = super().pread(size, offset)
-                if files.armed and offset <= at < offset + len(raw):
+                if flip_at is not None and files.flip_armed and offset <= flip_at < offset + len(raw):
                     files.flipped += 1
                     b = bytearray(raw)
-                    b[at - offset] ^= 0x40
+                    b[flip_at - offset] ^= 0x40
                     return bytes(b)
                 return raw
 
-        g = Flipping(f.fd)
-        f.fd = -1  # the descriptor now belongs to the flipping file
+            def pwrite(self, data: Any, offset: int, /) -> int:
+                if index and files.fail_index_writes:
+                    files.failed_writes += 1
+                    raise OSError(errno.EIO, "Input/output error (injected)", str(path))
+                return super().pwrite(data, offset)
+
+        g = Faulty(f.fd)
+        f.fd = -1  # the descriptor now belongs to the faulty file
         return g
 
 
@@ -488,7 +500,7 @@ def test_compaction_keeps_a_log_whose_scan_stopped_at_a_flipped_record_length(tm
     """A bit flipped in a record's length makes the record run past the end of its log, which the
     scan takes for a torn tail: compaction must not then delete the log with the live entries
     after it (the index still points at them). Found by the simulation (seed 619)."""
-    files = _FlipOnRead()
+    files = _FaultyFiles()
     opts = {"entry_log_size_limit": 128 * 1024, "page_size": 512, "page_limit_bytes": 4096}
     e = EntryLogStorage([tmp_path], files=files, **opts)
     e.open()
@@ -513,15 +525,46 @@ def test_compaction_keeps_a_log_whose_scan_stopped_at_a_flipped_record_length(tm
         e = EntryLogStorage([tmp_path], files=files, **opts)
         e.open()
         e.delete_ledger(1)  # half of every log is dead: a candidate for compaction
-        files.armed = True
+        files.flip_armed = True
         e.compact(0.8)
         assert files.flipped, "the compaction never read the damaged record"
         assert first.exists(), "compaction deleted a log the index still points into"
-        files.armed = False
+        files.flip_armed = False
         for eid in range(600):
             assert e.get_entry(2, eid) == payload(2, eid, 512)
     finally:
         e.close()
+
+
+def test_a_compaction_checkpoint_that_fails_makes_every_later_flush_fail(tmp_path: Path) -> None:
+    """Compaction checkpoints between its steps. When that checkpoint's index write fails, the
+    pages it took are not on disk: a later flush must not then report everything durable (the
+    bookie would trim its journal past entries whose index never reached the disk). Found by the
+    simulation (seed 1441: a bookie lost a whole ledger at its next crash)."""
+    files = _FaultyFiles()
+    opts = {"entry_log_size_limit": 128 * 1024, "page_size": 512, "page_limit_bytes": 1 << 20}
+    e = EntryLogStorage([tmp_path], files=files, **opts)
+    e.open()
+    try:
+        for lid in (1, 2, 3):
+            e.set_master_key(lid, b"mk")
+        for eid in range(600):
+            for lid in (1, 2):
+                e.add_entry(lid, eid, payload(lid, eid, 512))
+        e.flush()
+        e.delete_ledger(1)  # half of every log is dead: compaction has work
+        for eid in range(50):
+            e.add_entry(3, eid, payload(3, eid, 100))  # index pages dirty, not yet flushed
+        files.fail_index_writes = True
+        with pytest.raises(BookieIOError):
+            e.compact(0.8)
+        assert files.failed_writes
+        files.fail_index_writes = False
+        with pytest.raises(BookieIOError, match="an earlier flush failed"):
+            e.flush()
+    finally:
+        with contextlib.suppress(BookieIOError):
+            e.close()
 
 
 # --- (e) a SIGKILL at any moment of a compaction loses nothing ----------------------------------
