@@ -4,7 +4,10 @@ and etcd servers (session-scoped, started only when a test needs them)."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -135,3 +138,20 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
     yield mount
     for mnt in mounted:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_stays_keyboard_interrupt(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves another SIGINT handler installed (or SIGINT blocked) in this process
+    would change what Ctrl-C does in every later test: put the default back and say which test
+    left it."""
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        warnings.warn(f"{request.node.nodeid} left SIGINT handled by {signal.getsignal(signal.SIGINT)!r}; "
+                      "restored the default", stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        warnings.warn(f"{request.node.nodeid} left SIGINT blocked; unblocked it", stacklevel=1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

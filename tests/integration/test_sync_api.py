@@ -98,12 +98,17 @@ def test_ctrl_c_during_a_blocking_call_cancels_it_on_the_loop(client: ledgerstor
         sent.set()
 
     helper = threading.Thread(target=interrupt_once_the_long_poll_runs)
+    # Ctrl-C as a program sees it (a library loaded earlier in this process may have installed
+    # its own handler), and not blocked
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     helper.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             rh.wait_for_lac(rh.last_add_confirmed + 10, timeout=60)
     finally:
         helper.join(60)
+        signal.signal(signal.SIGINT, previous)
     assert sent.is_set()
     assert _tasks_on_loop() <= before, "the long poll kept running on the loop after Ctrl-C"
     lh.close()
