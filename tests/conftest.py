@@ -15,6 +15,7 @@ from typing import NamedTuple
 import pytest
 
 from ledgerstore.cluster import LocalCluster
+from tests import background
 
 os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
 
@@ -155,3 +156,24 @@ def _sigint_stays_keyboard_interrupt(request: pytest.FixtureRequest) -> Iterator
     if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
         warnings.warn(f"{request.node.nodeid} left SIGINT blocked; unblocked it", stacklevel=1)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: the simulation's seeds in every CI run (tests/sim/test_simulation.py), and the benchmarks'
+#: shape check (tests/test_benchmarks_smoke.py): CPU-bound, started in the background at nice 19
+#: once collected (tests/background.py)
+SIM_CI_SEEDS = 300
+background.define("sim-ci", ["tests/sim/test_simulation.py::test_every_invariant_holds"],
+                  [background.python(), "-m", "ledgerstore", "sim", "--seeds", str(SIM_CI_SEEDS), "--bookies", "5",
+                   "--duration", "30", "--jobs", "1"], timeout=1800)
+BENCH_TINY_OUT = background.SCRATCH / "bench-tiny"
+background.define("bench-tiny", ["tests/test_benchmarks_smoke.py"],
+                  [background.python(), "benchmarks/run_all.py", "--tiny", "--json-out", str(BENCH_TINY_OUT / "r.json"),
+                   "--md-out", str(BENCH_TINY_OUT / "r.md")], timeout=1200)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    background.start_needed([item.nodeid for item in session.items])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    background.stop_all()

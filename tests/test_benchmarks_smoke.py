@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import background
+from tests.conftest import BENCH_TINY_OUT
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ALL = ROOT / "benchmarks" / "run_all.py"
 ROW_KEYS = ["write_100b_e3", "write_1kb_e3", "write_100b_e1", "latency_10k", "read_seq_100b", "vs_redis",
@@ -27,13 +30,12 @@ def _has_redis() -> bool:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
-    out = tmp_path_factory.mktemp("perf")
-    proc = subprocess.run(
-        [sys.executable, str(RUN_ALL), "--tiny", "--json-out", str(out / "r.json"), "--md-out", str(out / "r.md")],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+def tiny_run() -> tuple[dict, str, str]:
+    """``run_all.py --tiny``, started in the background when the run collected these tests
+    (tests/conftest.py, tests/background.py)."""
+    proc = background.result("bench-tiny")
     assert proc.returncode == 0, f"run_all.py --tiny failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads((out / "r.json").read_text()), (out / "r.md").read_text(), proc.stdout
+    return json.loads((BENCH_TINY_OUT / "r.json").read_text()), (BENCH_TINY_OUT / "r.md").read_text(), proc.stdout
 
 
 def test_json_result_has_every_target_row_with_a_verdict(tiny_run: tuple[dict, str, str]) -> None:
