@@ -21,7 +21,7 @@ from ledgerstore.proto.codec import Status
 from ledgerstore.proto.digest import DigestManager
 from tests.conftest import ClusterConfig
 
-KILLS_PER_ENGINE = 10  # x 2 engines = 20 kills
+KILLS_PER_ENGINE = 7  # x 2 engines = 14 kills
 #: entries of one ledger read back from one bookie per READ_MULTI request (at most 400 bytes each)
 VERIFY_CHUNK = 500
 EXTRA = {
