@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ledgerstore.api import option
 from ledgerstore.api.protocol import HandlerHealth, ProtocolHandler
-from ledgerstore_kafka.broker import Broker, BrokerSettings
+from ledgerstore_kafka.broker import PRODUCER_ID_COUNTER, Broker, BrokerSettings
 from ledgerstore_kafka.partition import LogSettings
 from ledgerstore_kafka.tls import server_context
 
@@ -28,6 +28,7 @@ class KafkaHandler(ProtocolHandler):
     """A Kafka broker whose partitions are ledgerstore logs."""
 
     name: ClassVar[str] = "kafka"
+    metadata_counters: ClassVar[tuple[str, ...]] = (PRODUCER_ID_COUNTER,)
 
     @dataclasses.dataclass(frozen=True)
     class Options:

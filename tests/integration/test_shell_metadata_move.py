@@ -14,12 +14,22 @@ import pytest
 import ledgerstore
 from ledgerstore.aio import Client
 from ledgerstore.cluster import LocalCluster
+from ledgerstore.plugins import create_metadata_store
 from ledgerstore.recovery.markers import UnderReplicationManager
 from ledgerstore.testing.servers import EtcdServer, ZooKeeperServer
 
 from .test_cli import ls
 
 PW = b"pw"
+
+
+async def _next_ids(uri: str, counter: str, n: int) -> list[int]:
+    store = create_metadata_store(uri)
+    await store.start()
+    try:
+        return [await store.next_id(counter) for _ in range(n)]
+    finally:
+        await store.close()
 
 
 def _write(cluster: LocalCluster) -> dict[int, list[bytes]]:
@@ -134,6 +144,8 @@ def test_metadata_export_and_import_through_a_file(tmp_path: Path, zookeeper_ser
         assert refused.returncode == 1 and "registered" in refused.stderr
     finally:
         cluster.stop()
+    # five Kafka producer ids handed out before the move: none may be handed out again after it
+    handed = asyncio.run(_next_ids(cluster.metadata, "kafka_producer_id", 5))
     backup = tmp_path / "backup.json"
     out = ls("shell", "--metadata", cluster.metadata, "metadata-export", "--to", str(backup))
     assert out.stdout.startswith("exported cluster ") and len(out.stdout.strip().splitlines()) == 1
@@ -141,6 +153,7 @@ def test_metadata_export_and_import_through_a_file(tmp_path: Path, zookeeper_ser
     target = zookeeper_server.uri(f"/import-{uuid.uuid4().hex[:10]}")
     imported = json.loads(ls("shell", "--metadata", target, "metadata-import", "--from", str(backup), "--json").stdout)
     assert imported["imported"] is True and imported["counts"]["ledgers"] == len(written) + 1
+    assert asyncio.run(_next_ids(target, "kafka_producer_id", 1))[0] > max(handed)
     twice = ls("shell", "--metadata", target, "metadata-import", "--from", str(backup), check=False)
     assert twice.returncode == 1 and "not empty" in twice.stderr
     moved = _point_bookies_at(tmp_path / "c", 3, target)

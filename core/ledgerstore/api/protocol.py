@@ -51,6 +51,10 @@ class ProtocolHandler(abc.ABC):
 
     #: the protocol's name, as in the entry point (``kafka``)
     name: ClassVar[str] = ""
+    #: counters of the metadata store this handler allocates from (``store.next_id(name)``); a
+    #: metadata move (``shell metadata export``/``copy``) carries them past their values, so an id
+    #: handed out before the move is never handed out again after it
+    metadata_counters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, client: Any, options: Any) -> None:
         self.client = client

@@ -38,7 +38,7 @@ from ledgerstore.meta.transfer import (
     verify_copy,
     write_snapshot,
 )
-from ledgerstore.plugins import create_metadata_store
+from ledgerstore.plugins import create_metadata_store, installed, load_driver
 from ledgerstore.recovery.markers import CANDIDATES
 from ledgerstore.startup import quiet_client_libraries
 
@@ -106,6 +106,20 @@ def _report(verb: str, snap: Snapshot, counts: dict[str, int], where: str, secon
                f"in {seconds:.1f}s")
 
 
+def plugin_counters() -> list[str]:
+    """The metadata counters the installed protocol handlers allocate from (their
+    ``metadata_counters``), for a move to carry; a handler that cannot be loaded is named in a
+    warning (its counters, if any, are not carried)."""
+    names: list[str] = []
+    for name in installed("protocol"):
+        try:
+            names.extend(getattr(load_driver("protocol", name), "metadata_counters", ()))
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop a metadata move
+            click.echo(f"warning: protocol handler {name!r} cannot be loaded ({exc}); "
+                       "the counters it allocates from, if any, are not carried", err=True)
+    return names
+
+
 @click.command("metadata-export")
 @click.option("--to", "to_file", type=click.Path(dir_okay=False), required=True,
               help="the backup file to write (mode 0600: it holds what the store holds)")
@@ -117,7 +131,8 @@ def metadata_export(sc: Any, to_file: str, as_json: bool) -> None:
     uri, options = _store_of(sc)
     _refuse_missing_source(uri)
     t0 = time.monotonic()
-    snap = asyncio.run(_on(uri, options, lambda store: read_snapshot(store, LIVE, uri)))
+    counters = plugin_counters()
+    snap = asyncio.run(_on(uri, options, lambda store: read_snapshot(store, LIVE, uri, counters)))
     data = snapshot_to_bytes(snap)
     tmp = Path(f"{to_file}.tmp-{os.getpid()}")
     write_private(tmp, data)
@@ -172,7 +187,8 @@ def metadata_copy(from_uri: str | None, to_uri: str | None, from_config: str | N
     _refuse_missing_source(from_uri)
     t0 = time.monotonic()
     source = from_uri
-    snap = asyncio.run(_on(source, from_options, lambda store: read_snapshot(store, LIVE, source)))
+    counters = plugin_counters()
+    snap = asyncio.run(_on(source, from_options, lambda store: read_snapshot(store, LIVE, source, counters)))
     counts = asyncio.run(_import(snap, to_uri, to_options))
     _report("copied", snap, counts, f"from {from_uri} to {to_uri}", time.monotonic() - t0, as_json,
             source=from_uri, target=to_uri)

@@ -124,14 +124,16 @@ async def refuse_live(store: MetadataStore, live: Sequence[str], uri: str) -> No
                             "bookie and auto-recovery process first (metadata moves only while the cluster is offline)")
 
 
-async def read_snapshot(store: MetadataStore, live: Sequence[str], uri: str) -> Snapshot:
+async def read_snapshot(store: MetadataStore, live: Sequence[str], uri: str,
+                        extra_counters: Sequence[str] = ()) -> Snapshot:
     """The snapshot of an offline cluster (TransferError while a process is registered, or when
-    the store holds no cluster)."""
+    the store holds no cluster). ``extra_counters``: counters plugins allocate from (a protocol
+    handler's ``metadata_counters``), carried like core's."""
     await refuse_live(store, live, uri)
     keys = await walk(store, live)
     if layout.INSTANCE_ID not in keys:
         raise TransferError(f"no cluster at {uri}: it holds no instance id ({len(keys)} keys)")
-    counters = {name: await store.next_id(name) for name in COUNTERS}
+    counters = {name: await store.next_id(name) for name in dict.fromkeys([*COUNTERS, *extra_counters])}
     # a ledger restored under an id of its own (ledgermetadata -restorefromfile) may lie past the counter
     ids = [layout.parse_ledger_key(k) for k in keys]
     counters[layout.LEDGER_ID_COUNTER] = max([counters[layout.LEDGER_ID_COUNTER], *(i for i in ids if i is not None)])
