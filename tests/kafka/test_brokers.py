@@ -7,6 +7,7 @@ within the store's session timeout, and a confluent-kafka producer goes on with 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -106,6 +107,64 @@ def test_partitions_spread_over_brokers_and_a_killed_brokers_move_to_the_others(
         consumer.close()
         assert {p: offsets for p, offsets in got.items()} == {p: list(range(100)) for p in range(PARTITIONS)}
     finally:
+        for broker in (one, two):
+            if broker.proc.poll() is None:
+                broker.proc.send_signal(signal.SIGTERM)
+                broker.proc.wait(60)
+
+
+def test_a_paused_broker_that_lost_its_partition_answers_not_leader_and_writes_nothing(
+        kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    """A broker frozen (SIGSTOP) past its session loses its partitions to the others; a produce
+    already on its socket when it wakes is answered ``NOT_LEADER_OR_FOLLOWER`` (its log writer was
+    fenced, or it saw the lease go), and the partition holds no record of it."""
+    topic = "paused"
+    one = start_kafka_process(kafka_cluster.metadata, tmp_path / "one", free_port(), node_id=1)
+    two = start_kafka_process(kafka_cluster.metadata, tmp_path / "two", free_port(), node_id=2)
+    raw = None
+    try:
+        admin = AdminClient({"bootstrap.servers": one.bootstrap})  # kept: results need their client
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
+        addresses = (kafka_cluster.bootstrap, one.bootstrap, two.bootstrap)
+        before = agreed(addresses, topic, {0, 1, 2})
+        partition = min(p for p, node in before.items() if node == 2)
+        raw = RawClient(two.bootstrap)
+        assert raw.produce(topic, record_batch(-1, -1, -1, [b"first"]), partition=partition) == (0, 0)
+
+        two.proc.send_signal(signal.SIGSTOP)
+        after = agreed(addresses[:2], topic, {0, 1})
+        assert after[partition] != 2
+        producer = Producer({"bootstrap.servers": one.bootstrap, "acks": "all", "message.timeout.ms": 60_000})
+        for i in range(10):
+            producer.produce(topic, f"new-leader-{i}".encode(), partition=partition)
+        assert producer.flush(60) == 0
+
+        answer: list[tuple[int, int]] = []
+        zombie = threading.Thread(target=lambda: answer.append(
+            raw.produce(topic, record_batch(-1, -1, -1, [b"zombie"]), partition=partition)))  # type: ignore[union-attr]
+        zombie.start()
+        time.sleep(0.5)  # the request waits in the frozen broker's socket
+        two.proc.send_signal(signal.SIGCONT)
+        zombie.join(60)
+        assert answer and answer[0][0] == 6, answer  # NOT_LEADER_OR_FOLLOWER
+
+        consumer = Consumer({"bootstrap.servers": one.bootstrap, "group.id": f"g-{topic}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 11 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        assert consumer.poll(2.0) is None  # nothing after the eleven
+        consumer.close()
+        assert values == [b"first", *(f"new-leader-{i}".encode() for i in range(10))]
+    finally:
+        if raw is not None:
+            raw.close()
+        if two.proc.poll() is None:
+            two.proc.send_signal(signal.SIGCONT)
         for broker in (one, two):
             if broker.proc.poll() is None:
                 broker.proc.send_signal(signal.SIGTERM)
