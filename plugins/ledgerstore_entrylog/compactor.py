@@ -88,6 +88,9 @@ class Compactor:
                 for lg in st.logs.values()
                 if lg.buf is None and not lg.pinned and not any(lid in ledgers for lid in lg.ledgers)
             ]
+        # a map built by a scan that stopped early may miss a live ledger: ask the index
+        dead = [lg for lg in dead if lg.map_end is None or self._may_delete_partly_mapped(lg, {}, [])]
+        with st.lock:
             for lg in dead:
                 del st.logs[lg.log_id]
             # Index deletions must be durable before the logs they pointed into disappear.
@@ -207,7 +210,10 @@ class Compactor:
         st = self._state
         cache = self._cache
         with st.lock:
-            short = [lid for lid, n in lg.ledgers.items() if lid in st.ledgers and seen.get(lid, 0) < n]
+            if lg.map_end is not None:  # the map itself may miss ledgers: look at every live one
+                short = list(st.ledgers)
+            else:
+                short = [lid for lid, n in lg.ledgers.items() if lid in st.ledgers and seen.get(lid, 0) < n]
         if not short:
             return None
         copied = {(lid, eid) for lid, eid, _, _ in moved}
@@ -226,6 +232,19 @@ class Compactor:
                             return lid, eid
                 _let_waiters_in()
         return None
+
+    def _may_delete_partly_mapped(self, lg: EntryLog, seen: dict[int, int], moved: list[tuple[int, int, int, int]]) -> bool:
+        """Whether ``lg``, whose ledger map stops at :attr:`EntryLog.map_end`, may be deleted:
+        False (the log is pinned, with an error) when the index points into it."""
+        unread = self._unread_live_entry(lg, seen, moved)
+        if unread is None:
+            return True
+        with self._state.lock:
+            lg.pinned = True
+        log.error("entry log %s: its ledger map was built by a scan that stopped at offset %s of %d, and the "
+                  "index points at entry %d of ledger %d in it; the log is kept and excluded from GC",
+                  lg.path, lg.map_end, lg.written, unread[1], unread[0])
+        return False
 
     def _copy_live(self, lg: EntryLog, batch: list[ScannedRecord], moved: list[tuple[int, int, int, int]]) -> None:
         """Append the records of ``batch`` that the index still points at to the active logs."""

@@ -81,6 +81,7 @@ class EntryLog:
         "synced_to",
         "pinned",
         "must_compact",
+        "map_end",
     )
 
     def __init__(self, log_id: int, dir_idx: int, path: Path, file: StorageFile, written: int) -> None:
@@ -105,6 +106,11 @@ class EntryLog:
         self.pinned = False
         #: a compaction of this log was interrupted: compact it before anything else
         self.must_compact = False
+        #: where the scan that built :attr:`ledgers` stopped, when that was before the end of the
+        #: file (a torn tail, or a record length read with a flipped bit): ledgers past it are
+        #: missing from the map, so GC and compaction look in the index before deleting the log.
+        #: None: the map covers the whole log
+        self.map_end: int | None = None
 
     @classmethod
     def create(cls, files: StorageFiles, log_id: int, dir_idx: int, current: Path) -> EntryLog:

@@ -107,6 +107,8 @@ class EntryLogs:
             ledgers[rec.ledger_id] = ledgers.get(rec.ledger_id, 0) + n
             total += n
         lg.ledgers, lg.total = ledgers, total
+        if scanner.clean and scanner.end < lg.written:
+            lg.map_end = scanner.end
         if not scanner.clean:
             # What follows the damage cannot be attributed to ledgers, so GC could delete live
             # data: keep the log until an operator looks at it.

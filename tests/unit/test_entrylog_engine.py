@@ -536,6 +536,44 @@ def test_compaction_keeps_a_log_whose_scan_stopped_at_a_flipped_record_length(tm
         e.close()
 
 
+def test_gc_keeps_a_log_whose_map_was_scanned_short_while_the_index_points_past_it(tmp_path: Path) -> None:
+    """A log without a ledger map (the one active at a crash) is scanned at open; a bit flipped in
+    a record's length stops that scan early, as a torn tail would, and the map misses the ledgers
+    after it. GC deletes a log whose mapped ledgers are all deleted: it must first ask the index."""
+    files = _FaultyFiles()
+    opts = {"entry_log_size_limit": 1 << 20, "page_size": 512, "page_limit_bytes": 4096}
+    e = EntryLogStorage([tmp_path], files=files, **opts)
+    e.open()
+    for lid in (1, 2):
+        e.set_master_key(lid, b"mk")
+        for eid in range(200):  # ledger 1's records, then ledger 2's, in one log
+            e.add_entry(lid, eid, payload(lid, eid, 512))
+    e.flush()
+    e.close()
+    first = min(tmp_path.rglob("entrylog-*.log"))
+    with first.open("rb") as fh:
+        f = OsStorageFile(os.dup(fh.fileno()))
+        try:
+            victim = next(r for r in LogScanner(f, first.stat().st_size, first) if r.ledger_id == 2)
+        finally:
+            f.close()
+    first.with_suffix(".lmap").unlink()  # as if the process died before it finished the log
+    files.target = (first.name, victim.offset)
+    files.flip_armed = True
+    e = EntryLogStorage([tmp_path], files=files, **opts)
+    e.open()  # the scan stops at ledger 2's first record: the map knows only ledger 1
+    files.flip_armed = False
+    try:
+        assert files.flipped
+        e.delete_ledger(1)
+        e.gc()
+        assert first.exists(), "GC deleted a log the index still points into"
+        for eid in range(200):
+            assert e.get_entry(2, eid) == payload(2, eid, 512)
+    finally:
+        e.close()
+
+
 def test_a_compaction_checkpoint_that_fails_makes_every_later_flush_fail(tmp_path: Path) -> None:
     """Compaction checkpoints between its steps. When that checkpoint's index write fails, the
     pages it took are not on disk: a later flush must not then report everything durable (the
