@@ -112,11 +112,15 @@ class AdminHttpConfig:
     """Who may use the admin HTTP server (``[bookie.http]``; its port is ``http_port``).
 
     State-changing endpoints (PUT, POST, DELETE) always need credentials: a bearer token
-    (``Authorization: Bearer <token>``, the token read once at start from ``token_file``) or a
-    client certificate signed by ``tls_ca_file``. With neither configured they answer 403."""
+    (``Authorization: Bearer <token>``, the token read once at start from ``token_file``), a user
+    and password of ``credentials_file`` (HTTP Basic), or a client certificate signed by
+    ``tls_ca_file``. With none configured they answer 403."""
 
     #: file holding the admin bearer token (one line; keep it mode 0600); read once at start
     token_file: str = ""
+    #: credential file of users who may authenticate with HTTP Basic (``ledgerstore credentials
+    #: add NAME --file F`` writes it; mode 0600); the Kafka listener's SASL can read the same file
+    credentials_file: str = ""
     #: let GET endpoints (metrics, state, listings) answer without credentials, as BookKeeper's
     #: admin server does and as a Prometheus scrape without credentials needs; state changes
     #: never do. Set false to require the token or a client certificate for reads too

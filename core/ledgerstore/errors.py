@@ -55,6 +55,11 @@ class PluginError(LedgerStoreError):
     """A backend could not be found or loaded for a plugin slot."""
 
 
+class AuthenticationError(LedgerStoreError, http=401):
+    """A user's credentials were refused (an unknown user, a wrong password, a SCRAM proof that
+    does not verify, or an exchange out of order). The message never holds the password."""
+
+
 # --- metadata --------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ and neither the token nor a ledger password ever reaches the log."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import signal
@@ -276,3 +277,57 @@ def test_a_bookie_with_an_unreadable_token_file_does_not_start(tmp_path: Path) -
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "token_file" in out.stdout + out.stderr and "missing-token" in out.stdout + out.stderr
+
+
+USER_PASSWORD = "basic-pw-4e19c2"
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def credentials_table(tmp_path: Path) -> str:
+    """A credential file with the user ``ops``, written by ``ledgerstore credentials add`` with
+    the password on stdin, as an operator would."""
+    path = tmp_path / "users"
+    done = subprocess.run([sys.executable, "-m", "ledgerstore", "credentials", "add", "ops", "--file", str(path)],
+                          input=USER_PASSWORD + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    assert USER_PASSWORD not in path.read_text()
+    return f'credentials_file = "{path}"\n'
+
+
+def test_a_user_of_the_credentials_file_authenticates_with_http_basic(start_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    b = start_bookie(credentials_table(tmp_path), log_level="DEBUG")
+    r = b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": True}, headers=basic("ops", USER_PASSWORD))
+    assert (r.status, r.json()) == (200, {"readOnly": True})
+    assert b.request("GET", "/api/v1/bookie/state/readonly").json() == {"readOnly": True}
+    wrong = b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": False}, headers=basic("ops", "nope"))
+    assert wrong.status == 401 and wrong.json()["error"] == "wrong user name or password"  # type: ignore[index]
+    assert "Basic" in wrong.headers["www-authenticate"]
+    unknown = b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": False},
+                        headers=basic("nobody", USER_PASSWORD))
+    assert unknown.status == 401 and unknown.json()["error"] == "wrong user name or password"  # type: ignore[index]
+    assert b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": False}).status == 401
+    assert b.request("PUT", "/api/v1/bookie/state/readonly", {"readOnly": False}, token=TOKEN).status == 401
+    assert b.request("GET", "/api/v1/bookie/state/readonly").json() == {"readOnly": True}  # nothing changed
+    b.stop()
+    text = b.log.read_text()
+    assert "PUT /api/v1/bookie/state/readonly -> 200" in text and "by user ops" in text
+    assert "wrong user name or password" in text
+    assert USER_PASSWORD not in text and "nope" not in text
+
+
+def test_a_bookie_whose_credentials_file_is_open_to_others_does_not_start(tmp_path: Path) -> None:
+    table = credentials_table(tmp_path)
+    (tmp_path / "users").chmod(0o644)
+    cfg = tmp_path / "bookie.toml"
+    port, http_port = free_ports(2)
+    cfg.write_text(f'[bookie]\nmetadata = "sqlite://{tmp_path / "meta.db"}"\nlisten = "tcp://127.0.0.1:{port}"\n'
+                   'auto_init_cluster = true\nmetadata_options = { server = "never" }\n'
+                   f'journal_dir = "j"\nledger_dirs = ["l"]\nhttp_port = {http_port}\n[bookie.http]\n{table}')
+    out = subprocess.run([sys.executable, "-m", "ledgerstore", "bookie", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "credentials_file" in out.stdout + out.stderr and "chmod 600" in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr

@@ -128,6 +128,7 @@ class AdminHttpServer:
         scheme = "https" if self.auth.ssl_context is not None else "http"
         log.info("admin HTTP on %s://%s:%d (credentials: %s; anonymous reads %s)", scheme, host, self.port,
                  ", ".join(filter(None, ["bearer token" if self.bookie.config.http.token_file else "",
+                                         "HTTP Basic" if self.auth.users is not None else "",
                                          "client certificates" if self.auth.client_certificates else ""])) or "none",
                  "allowed" if self.bookie.config.http.allow_anonymous_read else "refused")
 
@@ -239,7 +240,7 @@ class AdminHttpServer:
         if decision.status:
             response = Response.error(decision.status, decision.message)
             if decision.status == 401:
-                response.headers["WWW-Authenticate"] = 'Bearer realm="ledgerstore-admin"'
+                response.headers["WWW-Authenticate"] = self.auth.challenge
         else:
             response = await self._route(method, path, parts.query, headers, body)
         level = (logging.WARNING if decision.status else

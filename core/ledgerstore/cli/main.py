@@ -112,9 +112,10 @@ def config_check(path: str, kind: str | None, as_json: bool) -> None:
 
 
 def _register_subcommands() -> None:
-    from ledgerstore.cli import bench, shell, sim, standalone
+    from ledgerstore.cli import bench, credentials, shell, sim, standalone
 
     cli.add_command(standalone.standalone)
+    cli.add_command(credentials.credentials)
     cli.add_command(sim.sim)
     cli.add_command(shell.shell)
     cli.add_command(bench.bench)
