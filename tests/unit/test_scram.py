@@ -45,11 +45,18 @@ def test_the_server_answers_rfc_7677s_exchange_byte_for_byte(store: CredentialSt
 
 def client_final(mechanism: str, password: str, client_first_bare: str, server_first: bytes) -> tuple[bytes, bytes]:
     """The client's final message and the server signature it expects (RFC 5802 section 3)."""
+    attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+    return client_final_with_nonce(mechanism, password, client_first_bare, server_first, attrs["r"])
+
+
+def client_final_with_nonce(mechanism: str, password: str, client_first_bare: str, server_first: bytes,
+                            nonce: str) -> tuple[bytes, bytes]:
+    """:func:`client_final` sending ``nonce`` as its ``r`` attribute."""
     digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
     attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
     salted = hashlib.pbkdf2_hmac(digest, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
     client_key = hmac.digest(salted, b"Client Key", digest)
-    without_proof = f"c=biws,r={attrs['r']}"
+    without_proof = f"c=biws,r={nonce}"
     auth = f"{client_first_bare},{server_first.decode()},{without_proof}".encode()
     signature = hmac.digest(hashlib.new(digest, client_key).digest(), auth, digest)
     proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
@@ -106,6 +113,23 @@ def test_a_user_without_a_credential_for_the_mechanism_fails(store: CredentialSt
 def test_a_malformed_client_first_message_is_refused(store: CredentialStore, first: bytes, fragment: str) -> None:
     with pytest.raises(AuthenticationError, match=fragment):
         ScramServer(store, "SCRAM-SHA-256").first(first)
+
+
+@pytest.mark.parametrize(("prefix", "accepted"), [("cnonce123", True), ("other", False), ("cnonce123x", False)])
+def test_librdkafkas_final_message_with_the_client_nonce_repeated_is_accepted(store: CredentialStore, prefix: str,
+                                                                               accepted: bool) -> None:
+    """librdkafka before 2.6.1 sends r=<client nonce><client nonce><server nonce>: the whole
+    server nonce is there, and the proof covers the message as sent; nothing else is accepted."""
+    server = ScramServer(store, "SCRAM-SHA-256")
+    bare = "n=bob,r=cnonce123"
+    server_first = server.first(f"n,,{bare}".encode())
+    combined = dict(part.split("=", 1) for part in server_first.decode().split(","))["r"]
+    final, expected = client_final_with_nonce("SCRAM-SHA-256", "bobs password", bare, server_first, prefix + combined)
+    if accepted:
+        assert server.final(final) == expected
+    else:
+        with pytest.raises(AuthenticationError, match="another nonce"):
+            server.final(final)
 
 
 def test_a_final_message_with_another_nonce_or_binding_or_out_of_order_is_refused(store: CredentialStore) -> None:

@@ -13,7 +13,13 @@ The proof is verified as the RFC says: ``ClientSignature = HMAC(StoredKey, AuthM
 (compared with :func:`hmac.compare_digest`). Channel binding is not offered (the GS2 header must be
 ``n`` or ``y``), nor extensions such as Kafka's ``tokenauth`` (delegation tokens). An unknown user
 gets a server-first message like anyone's (from the store's decoy) and fails at the proof, with
-the same message as a wrong password. Every failure is an :class:`AuthenticationError` whose
+the same message as a wrong password.
+
+The client-final message must carry the exchange's nonce (client's and server's); the one other
+form accepted is the client's nonce followed by that, which librdkafka before 2.6.1 sends
+(confluentinc/librdkafka#4895; Debian's kcat links 2.0.2). It still holds the whole fresh server
+nonce, and the proof covers the message as sent, so a replayed exchange still fails; Kafka's
+brokers since 3.8.1 accept it the same way. Every failure is an :class:`AuthenticationError` whose
 message names no password or proof.
 """
 
@@ -75,6 +81,7 @@ class ScramServer:
         self._gs2_header = ""
         self._client_first_bare = ""
         self._server_first = ""
+        self._client_nonce = ""
         self._combined_nonce = ""
         self.done = False
 
@@ -108,7 +115,8 @@ class ScramServer:
         self._credential = credential if credential is not None else self.store.decoy(user, self.mechanism)
         self._gs2_header = f"{cbind},{authzid},"
         self._client_first_bare = bare
-        self._combined_nonce = attrs[1][1] + self._nonce()
+        self._client_nonce = attrs[1][1]
+        self._combined_nonce = self._client_nonce + self._nonce()
         salt = base64.b64encode(self._credential.salt).decode("ascii")
         self._server_first = f"r={self._combined_nonce},s={salt},i={self._credential.iterations}"
         return self._server_first.encode("utf-8")
@@ -137,7 +145,9 @@ class ScramServer:
             raise AuthenticationError("SCRAM client-final message is malformed: c or p is not base64") from None
         if binding != self._gs2_header.encode("utf-8"):
             raise AuthenticationError("SCRAM channel binding does not match the client-first message's GS2 header")
-        if not hmac.compare_digest(attrs[1][1].encode(), self._combined_nonce.encode()):
+        nonce = attrs[1][1].encode()
+        if not (hmac.compare_digest(nonce, self._combined_nonce.encode())
+                or hmac.compare_digest(nonce, (self._client_nonce + self._combined_nonce).encode())):
             raise AuthenticationError("SCRAM client-final message carries another nonce than the exchange's")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         stored_key = self._credential.stored_key
