@@ -8,6 +8,12 @@ await); a writer task sends the answers in request order. A frame larger than
 that connection only (the error is counted and logged in one line). An API or version not served
 closes the connection too, except ApiVersions, which is answered in v0 with
 ``UNSUPPORTED_VERSION`` and the versions served, as Kafka's protocol prescribes.
+
+With SASL on (:mod:`ledgerstore_kafka.sasl`) each connection has a :class:`SaslSession`: until it
+has authenticated only ApiVersions, SaslHandshake and SaslAuthenticate are served (anything else
+closes the connection), a SASL request is answered before the next request is read (the answer
+decides how the next one is framed, or that the connection closes), and ApiVersions lists the
+two SASL APIs.
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ from ledgerstore_kafka.messages import (
 from ledgerstore_kafka.partition import LOG_PREFIX, LogSettings, Partition, PartitionFailed, valid_topic
 from ledgerstore_kafka.producers import ProduceRefused
 from ledgerstore_kafka.records import BatchError, split_batches
+from ledgerstore_kafka.sasl import MAX_RAW_TOKEN, SaslSession, SaslSettings
+from ledgerstore_kafka.sasl_messages import SASL_SUPPORTED
 
 __all__ = ["Broker", "BrokerSettings"]
 
@@ -97,6 +105,9 @@ PRODUCER_ID_COUNTER = "kafka_producer_id"
 #: how many answered-but-unsent responses a connection may hold before it stops reading requests
 MAX_IN_FLIGHT = 100
 
+#: a request's correlation id (``None``: an unframed SASL token) and the task computing its answer
+Answer = tuple[int | None, asyncio.Task[bytes | None]]
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerSettings:
@@ -109,6 +120,8 @@ class BrokerSettings:
     max_batch_bytes: int
     max_request_bytes: int
     logs: LogSettings
+    #: SASL's mechanisms and users; ``None``: clients are not authenticated
+    sasl: SaslSettings | None = None
 
 
 class Broker:
@@ -122,6 +135,8 @@ class Broker:
         self._opening: dict[tuple[str, int], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.connections: set[asyncio.Task[None]] = set()
         self.counters: collections.Counter[str] = collections.Counter()
+        #: the APIs served with their versions (ApiVersions' answer): the SASL ones when SASL is on
+        self.served: dict[int, tuple[int, int]] = {**SUPPORTED, **(SASL_SUPPORTED if settings.sasl else {})}
         self.handlers: dict[int, Callable[[Reader, int], Coroutine[Any, Any, bytes | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -155,11 +170,16 @@ class Broker:
     async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Read requests until the peer closes or sends something unparsable; answer in order."""
         self.counters["connections_total"] += 1
-        answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        answers: asyncio.Queue[Answer | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send_answers(answers, writer))
         peer = writer.get_extra_info("peername")
+        sasl = SaslSession(self.settings.sasl, peer) if self.settings.sasl is not None else None
         try:
             while not sender.done():
+                if sasl is not None and sasl.unframed and not sasl.authenticated:
+                    if not await self._unframed_token(reader, answers, sasl):
+                        break
+                    continue
                 try:
                     size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -172,10 +192,14 @@ class Broker:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     self._refuse(peer, "a request cut short (the connection closed inside it)")
                     break
-                task = self._dispatch(frame, peer)
+                task = self._dispatch(frame, peer, sasl)
                 if task is None:
                     break
                 await answers.put(task)
+                if sasl is not None and not sasl.authenticated:
+                    await asyncio.wait([task[1]])  # the answer decides what may come next
+                    if sasl.closing:
+                        break
         finally:
             if sender.done():
                 _cancel_queued(answers)
@@ -187,16 +211,46 @@ class Broker:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    async def _unframed_token(self, reader: asyncio.StreamReader, answers: asyncio.Queue[Answer | None],
+                              sasl: SaslSession) -> bool:
+        """Read and answer one SASL token sent unframed (after a SaslHandshake v0); ``False``
+        when the connection is to close."""
+        try:
+            size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+            if not 0 <= size <= MAX_RAW_TOKEN:
+                self._refuse(sasl.peer, f"a SASL token of {size} bytes (allowed 0..{MAX_RAW_TOKEN})")
+                return False
+            token = await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return False
+        answer = await sasl.unframed_token(token)
+        self._count_sasl(sasl)
+        if answer is None:
+            return False
+        await answers.put((None, asyncio.create_task(_ready(answer))))
+        return True
+
+    def _count_sasl(self, sasl: SaslSession) -> None:
+        if sasl.closing:
+            self.counters["sasl_failures_total"] += 1
+        elif sasl.authenticated:
+            self.counters["sasl_authentications_total"] += 1
+
     def _refuse(self, peer: object, what: str) -> None:
         self.counters["bad_requests_total"] += 1
         log.info("closing the Kafka connection from %s: %s", peer, what)
 
-    def _dispatch(self, frame: bytes, peer: object) -> tuple[int, asyncio.Task[bytes | None]] | None:
+    def _dispatch(self, frame: bytes, peer: object, sasl: SaslSession | None) -> Answer | None:
         api_key, version, correlation_id = RequestHeader.peek(frame)
-        served = SUPPORTED.get(api_key) or UNSERVED.get(api_key)
+        if sasl is not None and not sasl.allows(api_key):
+            self.counters["sasl_failures_total"] += 1
+            self._refuse(peer, f"API key {api_key} before SASL authentication")
+            return None
+        served = self.served.get(api_key) or UNSERVED.get(api_key)
         if api_key == ApiKey.API_VERSIONS and served is not None and not served[0] <= version <= served[1]:
             self.counters["unsupported_version_total"] += 1
-            return correlation_id, asyncio.create_task(_ready(encode_api_versions(0, ErrorCode.UNSUPPORTED_VERSION)))
+            return correlation_id, asyncio.create_task(_ready(
+                encode_api_versions(0, ErrorCode.UNSUPPORTED_VERSION, self.served)))
         if served is None or not served[0] <= version <= served[1]:
             self.counters["unsupported_version_total"] += 1
             self._refuse(peer, f"API key {api_key} version {version}, which this broker does not serve")
@@ -208,10 +262,16 @@ class Broker:
             self._refuse(peer, f"a bad request header: {exc}")
             return None
         self.counters[f"requests_total{{api=\"{API_NAMES[api_key]}\"}}"] += 1
+        if api_key in SASL_SUPPORTED and sasl is not None:
+            return correlation_id, asyncio.create_task(self._sasl(sasl, api_key, r, version))
         return correlation_id, asyncio.create_task(self.handlers[api_key](r, version))
 
-    async def _send_answers(self, answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None],
-                            writer: asyncio.StreamWriter) -> None:
+    async def _sasl(self, sasl: SaslSession, api_key: int, r: Reader, version: int) -> bytes:
+        body = await sasl.handle(api_key, r, version)
+        self._count_sasl(sasl)
+        return body
+
+    async def _send_answers(self, answers: asyncio.Queue[Answer | None], writer: asyncio.StreamWriter) -> None:
         while (item := await answers.get()) is not None:
             correlation_id, task = item
             try:
@@ -230,7 +290,7 @@ class Broker:
                 return
             if body is None:  # acks=0: no answer
                 continue
-            frame = response_frame(correlation_id, body)
+            frame = response_frame(correlation_id, body) if correlation_id is not None else _unframed(body)
             self.counters["bytes_out_total"] += len(frame)
             writer.write(frame)
             with contextlib.suppress(ConnectionError):
@@ -291,7 +351,7 @@ class Broker:
     # --- requests ----------------------------------------------------------------------------
 
     async def api_versions(self, r: Reader, version: int) -> bytes:
-        return encode_api_versions(version)
+        return encode_api_versions(version, ErrorCode.NONE, self.served)
 
     async def metadata(self, r: Reader, version: int) -> bytes:
         req = decode_metadata(r, version)
@@ -579,7 +639,12 @@ async def _ready(body: bytes) -> bytes:
     return body
 
 
-def _cancel_queued(answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None]) -> None:
+def _unframed(body: bytes) -> bytes:
+    """A SASL token answered unframed (after a SaslHandshake v0): its size and itself."""
+    return len(body).to_bytes(4, "big") + body
+
+
+def _cancel_queued(answers: asyncio.Queue[Answer | None]) -> None:
     """Cancel the requests still queued on a connection that is closing (their answers would
     have nowhere to go), and retrieve what the finished ones raised."""
     while not answers.empty():

@@ -15,6 +15,7 @@ from ledgerstore.api import option
 from ledgerstore.api.protocol import HandlerHealth, ProtocolHandler
 from ledgerstore_kafka.broker import PRODUCER_ID_COUNTER, Broker, BrokerSettings
 from ledgerstore_kafka.partition import LogSettings
+from ledgerstore_kafka.sasl import check_mechanisms, sasl_settings
 from ledgerstore_kafka.tls import server_context
 
 __all__ = ["KafkaHandler"]
@@ -41,7 +42,9 @@ class KafkaHandler(ProtocolHandler):
         ``MESSAGE_TOO_LARGE``; ``max_request_bytes``: a larger frame closes the connection;
         ``cache_bytes``: recent batches kept in memory per partition; ``log_password``,
         ``ensemble``, ``write_quorum``, ``ack_quorum``: how the partitions' logs are opened;
-        ``tls_cert_file``/``tls_key_file`` (and ``tls_ca_file`` for client certificates): TLS.
+        ``tls_cert_file``/``tls_key_file`` (and ``tls_ca_file`` for client certificates): TLS;
+        ``sasl_mechanisms`` and ``credentials_file``: clients authenticate with SASL as a user of
+        that file (:mod:`ledgerstore_kafka.sasl`).
         """
 
         host: str = option("127.0.0.1", "address to listen on")
@@ -64,6 +67,12 @@ class KafkaHandler(ProtocolHandler):
         tls_cert_file: str = option("", "PEM certificate of the listener: with tls_key_file, clients connect over TLS")
         tls_key_file: str = option("", "PEM private key of tls_cert_file")
         tls_ca_file: str = option("", "PEM CA bundle: clients must present a certificate it signed")
+        sasl_mechanisms: list[str] = option([], "SASL mechanisms clients must authenticate with (PLAIN, "
+                                            "SCRAM-SHA-256, SCRAM-SHA-512); empty: no authentication")
+        credentials_file: str = option("", "the users SASL accepts (`ledgerstore credentials add NAME --file F`)")
+
+        def __post_init__(self) -> None:
+            check_mechanisms(self.sasl_mechanisms, self.credentials_file)
 
     def __init__(self, client: Any, options: Options) -> None:
         super().__init__(client, options)
@@ -72,7 +81,8 @@ class KafkaHandler(ProtocolHandler):
             node_id=o.node_id, cluster_id=o.cluster_id, auto_create_topics=o.auto_create_topics,
             num_partitions=o.num_partitions, max_batch_bytes=o.max_batch_bytes,
             max_request_bytes=o.max_request_bytes,
-            logs=LogSettings(o.log_password.encode(), o.ensemble, o.write_quorum, o.ack_quorum, o.cache_bytes)))
+            logs=LogSettings(o.log_password.encode(), o.ensemble, o.write_quorum, o.ack_quorum, o.cache_bytes),
+            sasl=sasl_settings(o.sasl_mechanisms, o.credentials_file)))
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
         self._stopped = False

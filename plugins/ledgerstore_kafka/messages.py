@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ledgerstore_kafka.admin_messages import ADMIN_SUPPORTED, TXN_SUPPORTED
 from ledgerstore_kafka.codec import MalformedRequest, Reader, Writer
@@ -86,7 +86,7 @@ API_NAMES: dict[int, str] = {
     ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions", ApiKey.INIT_PRODUCER_ID: "init_producer_id", 8: "offset_commit", 9: "offset_fetch",
     10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
     19: "create_topics", 20: "delete_topics", 24: "add_partitions_to_txn", 25: "add_offsets_to_txn", 26: "end_txn",
-    28: "txn_offset_commit", 32: "describe_configs",
+    28: "txn_offset_commit", 32: "describe_configs", 17: "sasl_handshake", 36: "sasl_authenticate",
 }
 
 
@@ -118,12 +118,13 @@ def response_frame(correlation_id: int, body: bytes) -> bytes:
 
 # --- ApiVersions -----------------------------------------------------------------------------
 
-def encode_api_versions(version: int, error: int = ErrorCode.NONE) -> bytes:
-    """ApiVersions response: error, every API served with its range, throttle time (v1+).
+def encode_api_versions(version: int, error: int = ErrorCode.NONE,
+                        served: Mapping[int, tuple[int, int]] = SUPPORTED) -> bytes:
+    """ApiVersions response: error, every API ``served`` with its range, throttle time (v1+).
     Asked at a version not served, the answer is v0 with ``UNSUPPORTED_VERSION`` (as Kafka
     brokers answer it), so the client retries with the highest version listed."""
-    w = Writer().int16(error).array_length(len(SUPPORTED))
-    for key, (low, high) in sorted(SUPPORTED.items()):
+    w = Writer().int16(error).array_length(len(served))
+    for key, (low, high) in sorted(served.items()):
         w.int16(key).int16(low).int16(high)
     if version >= 1:
         w.int32(0)

@@ -89,6 +89,17 @@ def kafka_command(metadata: str, tmp_path: Path, options: str = "") -> Iterator[
         assert proc.wait(60) == 0, out.read_text()
 
 
+def refused_config(metadata: str, tmp_path: Path, lines: str) -> str:
+    """The one line ``ledgerstore kafka --config`` prints when refusing ``[kafka]`` ``lines``
+    (after checking the exit code is 2 and there is no traceback)."""
+    config = tmp_path / "kafka.toml"
+    config.write_text(f'metadata = "{metadata}"\n[kafka]\nport = 0\n{lines}')
+    done = subprocess.run([LEDGERSTORE, "kafka", "--config", str(config)], capture_output=True, timeout=60)
+    err = done.stderr.decode().strip()
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, done
+    return err
+
+
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     cluster = start_standalone(tmp_path_factory.mktemp("kafka"))
