@@ -36,6 +36,12 @@ from ledgerstore_kafka.records import (
     split_batches,
     with_base_offset,
 )
+from ledgerstore_kafka.sasl_messages import (
+    SASL_SUPPORTED,
+    SaslApiKey,
+    decode_sasl_authenticate,
+    decode_sasl_handshake,
+)
 
 
 def record_batch(n: int, *, magic: int = 2, attributes: int = 0, payload: bytes = b"v") -> bytes:
@@ -107,13 +113,15 @@ def test_an_array_longer_than_its_bytes_is_malformed() -> None:
 DECODERS = {ApiKey.PRODUCE: decode_produce, ApiKey.FETCH: decode_fetch, ApiKey.LIST_OFFSETS: decode_list_offsets,
             ApiKey.METADATA: decode_metadata, ApiKey.INIT_PRODUCER_ID: decode_init_producer_id,
             AdminApiKey.CREATE_TOPICS: decode_create_topics, AdminApiKey.DELETE_TOPICS: decode_delete_topics,
-            AdminApiKey.DESCRIBE_CONFIGS: decode_describe_configs}
+            AdminApiKey.DESCRIBE_CONFIGS: decode_describe_configs,
+            SaslApiKey.SASL_HANDSHAKE: decode_sasl_handshake, SaslApiKey.SASL_AUTHENTICATE: decode_sasl_authenticate}
+VERSIONS = {**SUPPORTED, **SASL_SUPPORTED}
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(sorted(DECODERS)), st.data(), st.binary(max_size=300))
 def test_decoders_given_random_bytes_raise_only_malformed_request(key: int, data: st.DataObject, raw: bytes) -> None:
-    low, high = SUPPORTED[key]
+    low, high = VERSIONS[key]
     version = data.draw(st.integers(low, high))
     try:
         DECODERS[key](Reader(raw), version)

@@ -9,6 +9,8 @@ import hmac
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledgerstore.auth.credentials import CredentialStore, derive, new_credentials, write_credentials
 from ledgerstore.auth.scram import INVALID_CREDENTIALS, ScramServer, parse_plain
@@ -157,3 +159,23 @@ def test_plain_messages_are_split_into_user_and_password() -> None:
     for bad in (b"alice\0pw", b"\0\0pw", b"\0alice\0", b"bob\0alice\0pw", b"\xff\0a\0b"):
         with pytest.raises(AuthenticationError):
             parse_plain(bad)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200), st.binary(max_size=200), st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]))
+def test_random_messages_raise_only_authentication_error(store: CredentialStore, first: bytes, final: bytes,
+                                                         mechanism: str) -> None:
+    server = ScramServer(store, mechanism)
+    try:
+        server.first(first)
+        server.final(final)
+    except AuthenticationError:
+        pass
+    else:
+        raise AssertionError("a random exchange authenticated")
+    with pytest.raises(AuthenticationError):
+        server.final(final)  # never a second try
+    try:
+        parse_plain(first)
+    except AuthenticationError:
+        pass
