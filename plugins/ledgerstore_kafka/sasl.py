@@ -92,6 +92,7 @@ class SaslSession:
         self.mechanism: str | None = None
         self.user: str | None = None
         self._scram: ScramServer | None = None
+        self._plain_user: str | None = None
         #: the tokens come unframed (after a v0 handshake)
         self.unframed = False
         self.closing = False
@@ -155,12 +156,13 @@ class SaslSession:
             self._authenticated(self._scram.user)
             return answer
         except AuthenticationError as exc:
-            log.info("SASL %s from %s refused (user %r): %s", self.mechanism, self.peer,
-                     self._scram.user if self._scram is not None else None, exc)
+            who = self._scram.user if self._scram is not None else self._plain_user
+            log.info("SASL %s from %s refused (user %r): %s", self.mechanism, self.peer, who, exc)
             raise
 
     async def _plain(self, token: bytes) -> bytes:
         user, password = parse_plain(token)
+        self._plain_user = user
         ok = await asyncio.to_thread(self.settings.users.verify_password, user, password)
         if not ok:
             raise AuthenticationError(INVALID_CREDENTIALS)
