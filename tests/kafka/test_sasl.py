@@ -99,7 +99,7 @@ def test_kafka_python_with_a_wrong_password_fails_to_authenticate(sasl_broker: t
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     bootstrap, _ = sasl_broker
     with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KpKafkaError):
-        KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=3000, **python_sasl(mechanism, "wrong password"))
+        KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=8000, **python_sasl(mechanism, "wrong password"))
     assert "SaslAuthenticationFailedError" in caplog.text and "invalid user name or password" in caplog.text
     assert "wrong password" not in caplog.text
 
@@ -188,10 +188,22 @@ def test_confluent_kafka_with_a_wrong_password_gets_an_authentication_error(sasl
     producer = Producer({"bootstrap.servers": sasl_broker[0], "message.timeout.ms": 3000,
                          "error_cb": errors.append, **confluent_sasl(mechanism, "wrong password")})
     producer.produce(topic, b"never", on_delivery=lambda err, _msg: reports.append(err))
+    auth = authentication_errors(producer, errors)
+    assert auth and "invalid user name or password" in auth[0].str()
     producer.flush(20)
     assert len(reports) == 1 and reports[0] is not None  # never delivered
-    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
-    assert auth and "invalid user name or password" in auth[0].str()
+
+
+def authentication_errors(producer: Producer, errors: list[KafkaError], timeout_s: float = 60) -> list[KafkaError]:
+    """The authentication errors ``producer`` reported to ``errors``, polled for until the first
+    arrives (or ``timeout_s`` passes)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+        if found:
+            return found
+        producer.poll(0.2)
+    return []
 
 
 def test_kcat_authenticates_with_scram_and_produces_and_consumes(sasl_broker: tuple[str, Path], topic: str) -> None:
@@ -239,6 +251,18 @@ def closed(client: RawClient) -> bool:
     return client.sock.recv(1) == b""
 
 
+def plain_login(bootstrap: str, user: str, password: str) -> tuple[RawClient, int]:
+    """A raw connection after a PLAIN exchange, and the exchange's error code."""
+    client = RawClient(bootstrap)
+    assert handshake(client, "PLAIN")[0] == 0
+    return client, authenticate(client, f"\0{user}\0{password}".encode())[0]
+
+
+def metadata_answers(client: RawClient) -> bool:
+    r = client.request(3, 4, Writer().array_length(0).boolean(False).bytes())
+    return r.int32() == 0 and r.array_length() >= 1
+
+
 def test_api_versions_lists_the_sasl_apis_only_when_sasl_is_on(kafka_cluster: KafkaCluster,
                                                                sasl_broker: tuple[str, Path]) -> None:
     plain, sasl = RawClient(kafka_cluster.bootstrap), RawClient(sasl_broker[0])
@@ -270,13 +294,17 @@ def test_a_client_that_has_not_authenticated_gets_nothing_but_a_closed_connectio
 
 
 def test_a_client_without_sasl_produces_nothing(sasl_broker: tuple[str, Path], topic: str) -> None:
+    _, log = sasl_broker
+    refusals = log.read_text().count("before SASL authentication")
     reports: list[object] = []
     producer = Producer({"bootstrap.servers": sasl_broker[0], "message.timeout.ms": 3000})
     producer.produce(topic, b"anonymous", on_delivery=lambda err, _msg: reports.append(err))
     producer.flush(20)
     assert len(reports) == 1 and reports[0] is not None
-    _, log = sasl_broker
-    assert "before SASL authentication" in log.read_text()
+    deadline = time.monotonic() + 30
+    while log.read_text().count("before SASL authentication") == refusals:  # its Metadata was refused
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
 
 
 def test_an_unknown_mechanism_is_answered_with_the_enabled_ones_and_the_connection_closes(
@@ -306,8 +334,7 @@ def test_plain_at_the_wire_then_requests_are_served_and_a_wrong_password_is_58(
     try:
         assert handshake(good, "PLAIN") == (0, MECHANISMS)
         assert authenticate(good, f"\0{USER}\0{PASSWORD}".encode(), version) == (0, None, b"")
-        r = good.request(3, 4, Writer().array_length(0).boolean(False).bytes())  # Metadata, now served
-        assert r.int32() == 0 and r.array_length() >= 1
+        assert metadata_answers(good)  # now served
     finally:
         good.close()
     bad = RawClient(sasl_broker[0])
@@ -328,10 +355,36 @@ def test_a_v0_handshake_takes_the_tokens_unframed(sasl_broker: tuple[str, Path])
         token = f"\0{USER}\0{PASSWORD}".encode()
         client.sock.sendall(len(token).to_bytes(4, "big") + token)
         assert client.sock.recv(4) == b"\0\0\0\0"  # an empty token back, unframed: authenticated
-        r = client.request(3, 4, Writer().array_length(0).boolean(False).bytes())
-        assert r.int32() == 0
+        assert metadata_answers(client)
     finally:
         client.close()
+
+
+def test_a_refused_client_does_not_disturb_an_authenticated_one(sasl_broker: tuple[str, Path]) -> None:
+    good, error = plain_login(sasl_broker[0], USER, PASSWORD)
+    try:
+        assert error == 0 and metadata_answers(good)
+        for _ in range(3):
+            bad, error = plain_login(sasl_broker[0], USER, "guess")
+            assert error == 58 and closed(bad)
+            bad.close()
+        assert metadata_answers(good)
+    finally:
+        good.close()
+
+
+def test_a_user_added_while_the_broker_runs_can_log_in_at_once(sasl_broker: tuple[str, Path]) -> None:
+    bootstrap, log = sasl_broker
+    users = log.parent / "users"
+    before, error = plain_login(bootstrap, "late-user", "late password")
+    assert error == 58
+    before.close()
+    add_user(users, "late-user", "late password")
+    after, error = plain_login(bootstrap, "late-user", "late password")
+    try:
+        assert error == 0 and metadata_answers(after)
+    finally:
+        after.close()
 
 
 # --- SASL over TLS, and options ----------------------------------------------------------------
@@ -349,10 +402,7 @@ def test_sasl_over_tls_with_confluent_kafka(kafka_cluster: KafkaCluster, tmp_pat
         producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 3000, "error_cb": errors.append,
                              **confluent_sasl("SCRAM-SHA-512", "wrong password", "SASL_SSL"), **tls})
         producer.produce(topic, b"never")
-        deadline = time.monotonic() + 20
-        while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
-            producer.poll(0.5)
-        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+        assert authentication_errors(producer, errors), errors
 
 
 @pytest.mark.parametrize(("lines", "fragment"), [
