@@ -105,6 +105,12 @@ PRODUCER_ID_COUNTER = "kafka_producer_id"
 #: how many answered-but-unsent responses a connection may hold before it stops reading requests
 MAX_IN_FLIGHT = 100
 
+#: seconds between the answer to a refused SASL exchange and the close of its connection: Kafka's
+#: connection.failed.authentication.delay.ms (100 ms). It slows password guessing, and a client
+#: reads the answer before the close: kafka-python 3 drops bytes that arrive with the close in one
+#: read, and so reported a lost connection instead of SASL_AUTHENTICATION_FAILED
+FAILED_AUTHENTICATION_DELAY = 0.1
+
 #: a request's correlation id (``None``: an unframed SASL token) and the task computing its answer
 Answer = tuple[int | None, asyncio.Task[bytes | None]]
 
@@ -201,13 +207,17 @@ class Broker:
                     if sasl.closing:
                         break
         finally:
-            if sender.done():
-                _cancel_queued(answers)
-            else:
-                await answers.put(None)
-                with contextlib.suppress(ConnectionError):
-                    await sender
-            writer.close()
+            try:
+                if sender.done():
+                    _cancel_queued(answers)
+                else:
+                    await answers.put(None)
+                    with contextlib.suppress(ConnectionError):
+                        await sender
+                if sasl is not None and sasl.closing:
+                    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+            finally:
+                writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
