@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ledgerstore.startup import set_parent_death_signal
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,8 +73,10 @@ def start_needed(nodeids: Sequence[str]) -> None:
 def _start(job: Job) -> None:
     job.out, job.err = SCRATCH / f"{job.name}.out", SCRATCH / f"{job.name}.err"
     with job.out.open("wb") as out, job.err.open("wb") as err:
+        # its own session (stopped as a group), and killed by Linux if the test process dies first
         job.proc = subprocess.Popen(["nice", "-n", "19", *job.argv], cwd=ROOT, stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL, env=os.environ.copy(), start_new_session=True)
+                                    stdin=subprocess.DEVNULL, env=os.environ.copy(), start_new_session=True,
+                                    preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
     job.started = time.monotonic()
 
 
