@@ -164,6 +164,9 @@ class Broker:
         for key in UNSERVED:
             self.handlers[key] = functools.partial(self.refuse_transaction, key)
         self.groups = GroupCoordinator(client, settings.logs.password)
+        #: the role and the lease's generation as the last group request saw them (a broker that
+        #: lost its lease while frozen may never have seen another coordinator named)
+        self._coordinated = (False, 0)
         #: the live brokers and the partitions' leaders (ledgerstore_kafka.brokers)
         self.registry = BrokerRegistry(client.store, settings.node_id)
         self.admin = TopicAdmin(client, AdminSettings(
@@ -602,37 +605,49 @@ class Broker:
         so a client asks FindCoordinator again."""
         return self.registry.coordinator() == self.settings.node_id
 
+    async def _coordinates(self) -> bool:
+        """:attr:`coordinating`, and on a change of role, or once this broker had to take its lease
+        again, the groups' state is dropped: a broker that coordinated, lost the role and regains
+        it reads the groups' log again instead of answering from what it held before (offsets
+        committed meanwhile through another coordinator were missing), and one that lost it lets
+        go of the log."""
+        now = (self.coordinating, self.registry.lease_generation)
+        if now != self._coordinated:
+            self._coordinated = now
+            await self.groups.forget()
+        return now[0]
+
     async def join_group(self, r: Reader, version: int) -> bytes:
         req = decode_join_group(r, version)
-        if not self.coordinating:
+        if not await self._coordinates():
             return encode_join_group(version, NOT_COORDINATOR, -1, "", "", "", [])
         j = await self.groups.join(req, None)
         return encode_join_group(version, j.error, j.generation, j.protocol, j.leader, j.member_id, j.members)
 
     async def sync_group(self, r: Reader, version: int) -> bytes:
         req = decode_sync_group(r, version)
-        if not self.coordinating:
+        if not await self._coordinates():
             return encode_sync_group(version, NOT_COORDINATOR, b"")
         error, assignment = await self.groups.sync(req)
         return encode_sync_group(version, error, assignment)
 
     async def heartbeat(self, r: Reader, version: int) -> bytes:
         req = decode_heartbeat(r, version)
-        return encode_error_only(version, await self.groups.heartbeat(*req) if self.coordinating else NOT_COORDINATOR)
+        return encode_error_only(version, await self.groups.heartbeat(*req) if await self._coordinates() else NOT_COORDINATOR)
 
     async def leave_group(self, r: Reader, version: int) -> bytes:
         req = decode_leave_group(r, version)
-        return encode_error_only(version, await self.groups.leave(*req) if self.coordinating else NOT_COORDINATOR)
+        return encode_error_only(version, await self.groups.leave(*req) if await self._coordinates() else NOT_COORDINATOR)
 
     async def offset_commit(self, r: Reader, version: int) -> bytes:
         req = decode_offset_commit(r, version)
-        if not self.coordinating:
+        if not await self._coordinates():
             return encode_offset_commit(version, [(t, [(p[0], NOT_COORDINATOR) for p in ps]) for t, ps in req.topics])
         return encode_offset_commit(version, await self.groups.commit(req))
 
     async def offset_fetch(self, r: Reader, version: int) -> bytes:
         group_id, topics = decode_offset_fetch(r, version)
-        if not self.coordinating:
+        if not await self._coordinates():
             return encode_offset_fetch(version, NOT_COORDINATOR,
                                        [(t, [(i, -1, None, NOT_COORDINATOR) for i in ps]) for t, ps in topics or []])
         return encode_offset_fetch(version, 0, await self.groups.fetch_offsets(group_id, topics))

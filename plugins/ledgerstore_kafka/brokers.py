@@ -42,6 +42,9 @@ class BrokerRegistry:
         #: node id -> advertised (host, port), this broker included once started
         self.live: dict[int, tuple[str, int]] = {}
         self.own: tuple[str, int] = ("127.0.0.1", 0)
+        #: how many times this broker found its lease gone and took it again (each time, the
+        #: others may have taken its roles meanwhile: what it holds for them is stale)
+        self.lease_generation = 0
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -70,6 +73,7 @@ class BrokerRegistry:
         if self.node_id not in live:
             log.warning("this Kafka broker's lease (%s) was gone: taking it again", self._key)
             await self.store.put_ephemeral(self._key, json.dumps(list(self.own)).encode())
+            self.lease_generation += 1
         live[self.node_id] = self.own  # node ids are unique; this broker answers for its own
         if sorted(live) != sorted(self.live):
             log.info("Kafka brokers now %s", ", ".join(str(n) for n in sorted(live)))

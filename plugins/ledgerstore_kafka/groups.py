@@ -283,6 +283,13 @@ class GroupCoordinator:
             out.append((topic, rows))
         return out
 
+    async def forget(self) -> None:
+        """Drop every group's state and the log writer (the role changed hands): the next request
+        that needs them opens the log again and replays it."""
+        async with self._opening:
+            self.groups = {}
+            await self.close()
+
     async def close(self) -> None:
         if self._writer is not None:
             writer, self._writer = self._writer, None

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ledgerstore.cluster import LocalCluster
 from ledgerstore.testing.servers import free_port
 from ledgerstore_kafka.codec import Writer
 from tests.kafka.conftest import KafkaCluster, RawClient, record_batch, start_kafka_process
@@ -167,5 +168,64 @@ def test_a_paused_broker_that_lost_its_partition_answers_not_leader_and_writes_n
             two.proc.send_signal(signal.SIGCONT)
         for broker in (one, two):
             if broker.proc.poll() is None:
+                broker.proc.send_signal(signal.SIGTERM)
+                broker.proc.wait(60)
+
+
+def coordinator_seen_by(bootstrap: str, group: str) -> int:
+    raw = RawClient(bootstrap)
+    try:
+        r = raw.request(10, 0, Writer().string(group).bytes())  # FindCoordinator v0
+        return r.int32() if r.int16() == 0 else -1
+    finally:
+        raw.close()
+
+
+def wait_for_coordinator(addresses: tuple[str, ...], group: str, node: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (seen := [coordinator_seen_by(a, group) for a in addresses]) != [node] * len(addresses):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.5)
+
+
+def test_a_coordinator_that_lost_the_groups_and_regains_them_answers_the_offsets_committed_meanwhile(
+        shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    """Broker 1 coordinates (the lowest live id) and holds a group's offset 5; frozen past its
+    session, broker 2 takes the groups over and the group commits 9 there; woken, broker 1 is the
+    coordinator again and must answer 9, read from the groups' log, not the 5 it held."""
+    topic, group = "coordinated", "g-coordinated"
+    one = start_kafka_process(shared_cluster.metadata, tmp_path / "one", free_port(), node_id=1)
+    two = start_kafka_process(shared_cluster.metadata, tmp_path / "two", free_port(), node_id=2)
+    try:
+        admin = AdminClient({"bootstrap.servers": one.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
+        both = (one.bootstrap, two.bootstrap)
+        wait_for_coordinator(both, group, 1)
+
+        def commit(bootstrap: str, offset: int) -> None:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+            finally:
+                consumer.close()
+
+        commit(one.bootstrap, 5)
+        one.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for_coordinator(both[1:], group, 2)
+            commit(two.bootstrap, 9)
+        finally:
+            one.proc.send_signal(signal.SIGCONT)
+        wait_for_coordinator(both, group, 1)
+        consumer = Consumer({"bootstrap.servers": one.bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        finally:
+            consumer.close()
+        assert committed.offset == 9
+    finally:
+        for broker in (one, two):
+            if broker.proc.poll() is None:
+                broker.proc.send_signal(signal.SIGCONT)
                 broker.proc.send_signal(signal.SIGTERM)
                 broker.proc.wait(60)
