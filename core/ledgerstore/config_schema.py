@@ -209,6 +209,11 @@ class BookieConfig:
     #: BookKeeper: a cluster is created by `shell initnewcluster` (or the standalone), so a bookie
     #: pointed at a mistyped metadata URI fails instead of founding a cluster of its own
     auto_init_cluster: bool = False
+    #: at start, a bookie whose directories lost what its cookie says it held (wiped, replaced or
+    #: restored from an old copy under the same identity) puts every ledger the metadata store says
+    #: it may hold in limbo before it serves, and repairs them from their other replicas
+    #: (BookKeeper's dataIntegrityCheckingEnabled); off, it serves its empty disks as before
+    data_integrity_checking_enabled: bool = True
     #: at start, retry a metadata store that fails (restarting, sqlite's "database is locked")
     #: with backoff for this many seconds before giving up; 0 = fail at the first error. With
     #: sqlite it must outlast its busy_timeout (30 s by default), or a locked file gets one try

@@ -156,6 +156,12 @@ class NoSuchEntryError(LedgerStoreError, status=403, http=404):
     """The entry is not stored (not written yet, or past the ledger's end)."""
 
 
+class LedgerStateUnknownError(LedgerStoreError, status=507, http=503):
+    """The bookie holds the ledger in limbo (it lost data it may have had) and does not have what
+    was asked for: it cannot say whether it ever had it. Neither a "yes" nor a "no such entry"
+    (BookKeeper's DataUnknownException)."""
+
+
 class BookieUnavailableError(LedgerStoreError, http=503):
     """A bookie could not be reached or did not answer in time."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledgerstore.api import MetadataStore
 from ledgerstore.bookie import cookie as cookies
@@ -18,10 +18,25 @@ from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.bookies import ClusterManager, CookieManager, compare_cookies
 
 
+class CookieOutcome(NamedTuple):
+    """What the cookie check found."""
+
+    #: the cluster's instance id
+    instance_id: str
+    #: the cookie the bookie runs with
+    cookie: dict[str, Any]
+    #: the cookie was first written by this start: a new bookie, holding nothing yet
+    fresh: bool = False
+    #: the directories had no cookie and the metadata store's was written back to them (with
+    #: ``data_integrity_checking_enabled``): the bookie lost its data and must check it
+    restamped: bool = False
+
+
 async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id: str, advertised: str,
-                          journal_dir: Path, ledger_dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
-    """Check (or, for a new bookie, write) the cookie; returns the cluster's instance id and the
-    cookie the bookie runs with. Raises LedgerStoreError saying what differs and what to do."""
+                          journal_dir: Path, ledger_dirs: Sequence[Path]) -> CookieOutcome:
+    """Check (or, for a new bookie, write) the cookie; returns the cluster's instance id, the
+    cookie the bookie runs with and how it was found. Raises LedgerStoreError saying what differs
+    and what to do."""
     cluster = ClusterManager(store)
     iid = await cluster.instance_id()
     if iid is None:
@@ -52,7 +67,18 @@ async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id:
         fresh = {**expected, cookies.INCARNATION: cookies.new_incarnation()}
         cookies.write_local(dirs, fresh)
         await mgr.put(bookie_id, {**fresh, "endpoint": advertised})
-        return iid, fresh
+        return CookieOutcome(iid, fresh, fresh=True)
+    if local is None and remote is not None and config.data_integrity_checking_enabled \
+            and not any(_has_data(d) for d in ledger_dirs):
+        # BookKeeper's DataIntegrityCookieValidation: the disks were wiped or replaced under this
+        # identity; the cookie is stamped back and the bookie starts with its ledgers in limbo
+        stamped = {k: v for k, v in remote.items() if k != "endpoint"}
+        compare_cookies({**expected, cookies.INCARNATION: stamped.get(cookies.INCARNATION)}, stamped,
+                        where + " (configuration)")
+        cookies.write_local(dirs, stamped)
+        if remote.get("endpoint") != advertised:
+            await mgr.put(bookie_id, {**stamped, "endpoint": advertised})
+        return CookieOutcome(iid, stamped, restamped=True)
     if local is None:
         raise LedgerStoreError(
             f"{where}: the cluster has a cookie for this bookie but its directories have none: its disks were "
@@ -70,7 +96,7 @@ async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id:
     compare_cookies(local, expected, where + " (configuration)")
     if remote.get("endpoint") != advertised:
         await mgr.put(bookie_id, {**local, "endpoint": advertised})
-    return iid, local
+    return CookieOutcome(iid, local)
 
 
 def _has_data(d: Path) -> bool:

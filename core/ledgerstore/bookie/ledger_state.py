@@ -24,6 +24,9 @@ class LedgerDescriptors:
         self.master_keys: dict[int, bytes] = {}
         self.fenced: set[int] = set()
         self.lac: dict[int, int] = {}
+        #: ledgers in limbo: this bookie lost data it may have held of them
+        #: (:class:`~ledgerstore.bookie.limbo.Limbo` keeps the set and its durable record)
+        self.limbo: set[int] = set()
 
     def load(self, engine: StorageEngine) -> None:
         """Read every ledger's key, fenced flag and LAC from the engine (at start-up)."""

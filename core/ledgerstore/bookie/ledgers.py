@@ -212,7 +212,8 @@ class Ledgers:
         """Pass when adds of the ledger with this key and flags may be stored. Raises
         :class:`BookieReadOnlyError` (not registered, or read-only and not a recovery add that
         fits the disks' reserve), :class:`JournalFailedError` (the journal failed), what
-        :meth:`check_key` raises, or :class:`LedgerFencedError` (fenced, and not a recovery add)."""
+        :meth:`check_key` raises, or :class:`LedgerFencedError` (fenced or in limbo, and not a
+        recovery add)."""
         state = self.state
         if not state.registered.is_set():
             raise BookieReadOnlyError("the bookie is not registered")
@@ -223,8 +224,13 @@ class Ledgers:
         if self.journal.failed is not None:
             raise JournalFailedError(f"the journal failed: {self.journal.failed}")
         self.check_key(ledger_id, key)
-        if ledger_id in self.descriptors.fenced and not flags & FLAG_RECOVERY_ADD:
-            raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+        if not flags & FLAG_RECOVERY_ADD:
+            if ledger_id in self.descriptors.fenced:
+                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+            if ledger_id in self.descriptors.limbo:
+                # as BookKeeper: a ledger in limbo takes recovery adds only (its open ones are
+                # fenced when put in limbo; a closed one takes no new entries)
+                raise LedgerFencedError(f"ledger {ledger_id} is in limbo on this bookie")
 
     # --- changes -------------------------------------------------------------------------------
 

@@ -38,12 +38,16 @@ log = logging.getLogger(__name__)
 ReadAnswer = tuple[bytes, int]
 
 
-def read_status(ledger_id: int, entry_id: int, exc: BaseException, *, bad_request: bool = True) -> int:
+def read_status(ledger_id: int, entry_id: int, exc: BaseException, *, bad_request: bool = True,
+                limbo: bool = False) -> int:
     """The status a failed read of one entry answers: what its error class declares when that is
     "no such ledger / entry" (or "bad request", for an id the engine cannot hold: no such entry
-    can exist), else an IO error, logged."""
+    can exist), else an IO error, logged. For a ledger in limbo (``limbo``) "no such ledger /
+    entry" is answered UNKNOWN: this bookie cannot tell whether it lost the entry."""
     status = status_for(exc)
-    if status in (Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY) or (bad_request and status == Status.BAD_REQUEST):
+    if status in (Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY):
+        return Status.UNKNOWN if limbo else status
+    if bad_request and status == Status.BAD_REQUEST:
         return status
     log.error("read of ledger %d entry %d failed: %s", ledger_id, entry_id, exc)
     return Status.IO_ERROR
@@ -168,7 +172,8 @@ class Reads:
         try:
             data = self.ledgers.engine.get_entry(req.ledger_id, req.entry_id)
         except (LedgerStoreError, OSError) as exc:
-            return self._read_refusal(req, read_status(req.ledger_id, req.entry_id, exc)), 0
+            limbo = req.ledger_id in self.descriptors.limbo
+            return self._read_refusal(req, read_status(req.ledger_id, req.entry_id, exc, limbo=limbo)), 0
         return codec.encode_read_response(req.request_id, Status.OK, req.ledger_id, req.entry_id, data), len(data)
 
     def handle_read_multi(self, conn: ServerConnection, req: codec.ReadMultiRequest) -> None:
@@ -188,6 +193,7 @@ class Reads:
         sent = 0
         items: list[tuple[int, int, bytes]] = []
         append = items.append
+        limbo = req.ledger_id in self.descriptors.limbo
         for eid, got in zip(req.entry_ids, self.ledgers.engine.get_entries(req.ledger_id, req.entry_ids), strict=True):
             if isinstance(got, bytes):
                 if budget <= 0 or len(got) > budget:
@@ -199,12 +205,14 @@ class Reads:
                 sent += len(got)
                 append((eid, Status.OK, got))
             else:
-                append((eid, read_status(req.ledger_id, eid, got, bad_request=False), b""))
+                append((eid, read_status(req.ledger_id, eid, got, bad_request=False, limbo=limbo), b""))
         return codec.encode_read_multi_response(req.request_id, Status.OK, req.ledger_id, items), sent
 
     # --- last-add-confirmed ----------------------------------------------------------------------------
 
     def _lac_response(self, op: Op, rid: int, ledger_id: int) -> bytes:
+        if ledger_id in self.descriptors.limbo:  # what it holds may be short of what it acknowledged
+            return codec.encode_lac_response(op, rid, Status.UNKNOWN, ledger_id, -1, -1)
         if ledger_id not in self.descriptors.master_keys:
             return codec.encode_lac_response(op, rid, Status.NO_SUCH_LEDGER, ledger_id, -1, -1)
         try:
@@ -239,7 +247,8 @@ class Reads:
         """The LAC once it passes what the client knows, or when the request times out."""
         lid = req.ledger_id
         lac = self.descriptors.lac.get(lid, -1)
-        if lac > req.known_lac or req.timeout_ms == 0 or lid in self.descriptors.fenced:
+        if (lac > req.known_lac or req.timeout_ms == 0 or lid in self.descriptors.fenced
+                or lid in self.descriptors.limbo):
             conn.send(self._lac_response(Op.LONG_POLL_LAC, req.request_id, lid))
             return
         cfg = self.config

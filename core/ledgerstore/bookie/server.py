@@ -37,7 +37,7 @@ from ledgerstore.api import (
 from ledgerstore.api.transport import split_address
 from ledgerstore.bookie.compaction import CompactionControl
 from ledgerstore.bookie.completions import Completion
-from ledgerstore.bookie.cookie_validation import validate_cookie
+from ledgerstore.bookie.cookie_validation import CookieOutcome, validate_cookie
 from ledgerstore.bookie.counters import BookieCounters
 from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.gc import GarbageCollector
@@ -45,6 +45,7 @@ from ledgerstore.bookie.http import AdminHttpServer, start_admin_http
 from ledgerstore.bookie.journal import Journal
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
+from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_naming, lost_data
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
@@ -114,6 +115,10 @@ class Bookie:
         self.state = BookieState(self.bookie_id, config.disk_usage_threshold, config.disk_usage_lwm)
         self.counters = BookieCounters()
         self.ledgers = LedgerDescriptors()
+        #: the ledgers in limbo (this bookie lost data it may have held of them) and their record
+        self.limbo = Limbo(self.ledgers.limbo)
+        #: what the cookie check found (once started)
+        self.cookie_outcome: CookieOutcome | None = None
         self.processor = RequestProcessor(config, self.state, self.ledgers, self.counters)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -252,6 +257,8 @@ class Bookie:
         self.parts = parts = ServingParts.build(self.processor, self.engine, store, self.journal_dir, self._loop,
                                                 disk_usage=self.disk_usage, on_disk_full=self.disk_full,
                                                 journal_factory=self._journal_factory)
+        # before the journal writes anything: the files it creates would hide the loss
+        await asyncio.to_thread(self._check_data_integrity, parts)
         t0 = time.monotonic()
         replayed = await asyncio.to_thread(parts.journal.replay_into, parts.ledgers)
         if replayed:
@@ -261,6 +268,7 @@ class Bookie:
         parts.journal.start(self._loop)
         if replayed:  # make the replayed state durable in the engine and move the mark past it
             await asyncio.to_thread(self.checkpoint)
+        await self._enter_limbo(store)
 
         self.state.serving = True
         self._update_disk_state()
@@ -340,8 +348,43 @@ class Bookie:
     # --- cookie and registration ---------------------------------------------------------------
 
     async def _check_cookie(self) -> None:
-        self.instance_id, self.ownership.cookie = await validate_cookie(
+        self.cookie_outcome = outcome = await validate_cookie(
             self.store, self.config, self.bookie_id, self.advertised, self.journal_dir, self.ledger_dirs)
+        self.instance_id, self.ownership.cookie = outcome.instance_id, outcome.cookie
+
+    # --- data integrity (limbo ledgers) ----------------------------------------------------------
+
+    def _check_data_integrity(self, parts: ServingParts) -> None:
+        """Read the limbo file and, with ``data_integrity_checking_enabled``, record durably
+        when the directories lost what the cookie says they held (runs in a worker thread,
+        before the journal is replayed or started)."""
+        files = parts.journal.files
+        self.limbo.open(self.journal_dir, files)
+        outcome = self.cookie_outcome
+        if not self.config.data_integrity_checking_enabled or outcome is None:
+            return
+        why = lost_data(self.journal_dir, files, fresh_cookie=outcome.fresh, restamped=outcome.restamped)
+        if why is not None:
+            log.warning("bookie %s lost data: %s. Its ledgers go in limbo before it serves", self.bookie_id, why)
+            self.limbo.begin()
+
+    async def _enter_limbo(self, store: MetadataStore) -> None:
+        """Finish what :meth:`_check_data_integrity` began: list the ledgers whose fragments
+        name this bookie and put them in limbo, then fence (again, at each start) the open ones
+        among them, durably, before the bookie serves."""
+        limbo = self.limbo
+        if limbo.pending:
+            mds = await ledgers_naming(store, self.bookie_id)
+            fenced = [md.ledger_id for md in mds if fence_in_limbo(md, self.bookie_id)]
+            await asyncio.to_thread(limbo.mark, [md.ledger_id for md in mds], fenced)
+            log.warning("bookie %s: %d ledgers in limbo (%d of them open, fenced here) until repaired from their "
+                        "other replicas", self.bookie_id, len(mds), len(fenced))
+        if not limbo.fenced - self.ledgers.fenced:
+            return
+        for lid in sorted(limbo.fenced):
+            self.engine.set_fenced(lid)
+            self.ledgers.fenced.add(lid)
+        await asyncio.to_thread(self.checkpoint)
 
     def info(self) -> BookieInfo:
         total, used, free = self.disk_usage()

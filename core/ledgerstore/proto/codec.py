@@ -65,6 +65,10 @@ class Status(enum.IntEnum):
     TOO_MANY_REQUESTS = 106
     NO_SUCH_LEDGER = 402
     NO_SUCH_ENTRY = 403
+    #: the ledger is in limbo here (the bookie lost data it may have held) and the entry or LAC
+    #: asked for is not stored: the bookie cannot tell whether it ever had it (BookKeeper's
+    #: EUNKNOWNLEDGERSTATE). Neither "found" nor "no such entry"
+    UNKNOWN = 507
 
 
 #: ADD flag: a recovery add, accepted even when the ledger is fenced.

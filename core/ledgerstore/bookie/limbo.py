@@ -1,0 +1,149 @@
+"""Limbo ledgers: what a bookie that lost data it may have held does about it (BookKeeper's data
+integrity checking, BP-41: ``dataIntegrityCheckingEnabled``, ``DataIntegrityCheckImpl``).
+
+A bookie's "no such entry" is a vote: recovery closes a ledger short when enough bookies of an
+entry's write quorum say it. That vote is sound only from a bookie that never had the entry. A
+bookie that comes back under its old identity with empty or older directories (a replaced disk, a
+restore from a backup, a reformat that kept the cookie) would vote for entries it acknowledged
+and lost. So at start, before it serves anything, a bookie that finds it lost data
+(:func:`lost_data`) lists from the metadata store every ledger whose fragments name it and puts
+each **in limbo** (:class:`Limbo`), fencing those still open whose last fragment names it, so
+their writer stops adding here. For a ledger in limbo the bookie still serves what it holds,
+but where it would answer "no such entry" or a LAC it answers ``UNKNOWN``
+(:class:`~ledgerstore.errors.LedgerStateUnknownError`), which recovery never counts as a vote.
+Adds other than recovery adds are refused ``FENCED``. A ledger leaves limbo once the bookie
+repaired it (``ledgerstore.bookie.repair``).
+
+The set lives beside the storage engine, in the journal directory's ``limbo`` file, written
+through the journal's file port atomically and durably (the simulation keeps it on its disks).
+The decision that data was lost is written there first (``pending``), before the journal starts
+(which creates files that would hide the loss from the next start), so a crash while the
+ledgers are listed leads to listing them again, never to serving the empty disks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ledgerstore.api import MetadataStore
+from ledgerstore.bookie.files import FileSystem
+from ledgerstore.bookie.journal import journal_files
+from ledgerstore.errors import LedgerStoreError
+from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
+
+__all__ = ["LIMBO_FILE", "Limbo", "ledgers_naming", "lost_data"]
+
+#: the limbo file's name in the journal directory
+LIMBO_FILE = "limbo"
+#: the journal's checkpoint mark (``journal.write_mark``)
+_MARK_FILE = "lastMark"
+
+
+def lost_data(journal_dir: Path, files: FileSystem, *, fresh_cookie: bool, restamped: bool) -> str | None:
+    """Why the bookie must treat its directories as having lost data, or None when they hold what
+    its cookie says. ``fresh_cookie``: the cookie was first written by this start (a new bookie
+    has nothing to lose); ``restamped``: the directories had no cookie and it was written again
+    from the metadata store's. A bookie that ran before keeps journal files or a checkpoint mark
+    in its journal directory from its first start on: none there means the directory was wiped."""
+    if restamped:
+        return "its directories had no cookie while the metadata store has one (disks wiped or replaced)"
+    if fresh_cookie:
+        return None
+    if files.exists(journal_dir / LIMBO_FILE):
+        return None  # already known; the file says what is in limbo
+    if not journal_files(journal_dir, files) and not files.exists(journal_dir / _MARK_FILE):
+        return f"its journal directory {journal_dir} holds a cookie but no journal (wiped, or restored from a copy)"
+    return None
+
+
+async def ledgers_naming(store: MetadataStore, bookie_id: str) -> list[LedgerMetadata]:
+    """The ledgers whose fragments name ``bookie_id``, in ledger id order."""
+    mgr = LedgerManager(store)
+    found = [md async for _, md in mgr.read_many(mgr.list()) if md is not None and bookie_id in md.bookies()]
+    return sorted(found, key=lambda md: md.ledger_id)
+
+
+def fence_in_limbo(md: LedgerMetadata, bookie_id: str) -> bool:
+    """Whether a ledger put in limbo is also fenced here: it is not closed and its last fragment
+    names this bookie, so its writer may still send adds (BookKeeper fences the same ones)."""
+    return not md.is_closed and bookie_id in md.ensembles[-1][1]
+
+
+class Limbo:
+    """The bookie's ledgers in limbo (a set the read side checks) and their durable record."""
+
+    def __init__(self, ledgers: set[int]) -> None:
+        """``ledgers``: the set the read side and the ledger rules look in (shared, changed here)."""
+        self.ledgers = ledgers
+        #: ledgers put in limbo open, fenced again at each start until they leave limbo
+        self.fenced: set[int] = set()
+        #: data was found lost and the ledgers are not listed yet
+        self.pending = False
+        self._dir: Path | None = None
+        self._files: FileSystem | None = None
+        #: ledgers put in limbo since the bookie started, and repaired since (metrics)
+        self.marked_total = 0
+        self.repaired_total = 0
+
+    def __contains__(self, ledger_id: object) -> bool:
+        return ledger_id in self.ledgers
+
+    def __len__(self) -> int:
+        return len(self.ledgers)
+
+    def open(self, directory: Path, files: FileSystem) -> None:
+        """Read the limbo file of ``directory`` if there is one. Raises LedgerStoreError naming
+        the file when it cannot be read (the bookie does not start on a limbo it cannot trust)."""
+        self._dir, self._files = directory, files
+        path = directory / LIMBO_FILE
+        if not files.exists(path):
+            return
+        try:
+            body: Any = json.loads(files.read(path))
+            ledgers = {int(x) for x in body["ledgers"]}
+            fenced = {int(x) for x in body.get("fenced", ())}
+            pending = bool(body.get("pending", False))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LedgerStoreError(f"{path}: unreadable limbo file ({exc}); restore it, or delete it and "
+                                   "format the bookie (ledgerstore shell bookieformat)") from None
+        self.ledgers |= ledgers
+        self.fenced = fenced & ledgers
+        self.pending = pending
+
+    def _save(self) -> None:
+        if self._dir is None or self._files is None:
+            raise LedgerStoreError("the limbo file's directory is not open")
+        path = self._dir / LIMBO_FILE
+        self._files.makedirs(self._dir)
+        if not self.ledgers and not self.pending:
+            self._files.remove(path)
+            return
+        body = {"version": 1, "pending": self.pending, "ledgers": sorted(self.ledgers), "fenced": sorted(self.fenced)}
+        self._files.replace(path, json.dumps(body).encode())
+
+    def begin(self) -> None:
+        """Record durably that data was lost, before anything else is written."""
+        self.pending = True
+        self._save()
+
+    def mark(self, ledgers: Iterable[int], fenced: Iterable[int]) -> None:
+        """Put ``ledgers`` in limbo (``fenced``: those of them to keep fenced), durably; the
+        listing is complete."""
+        new = set(ledgers) - self.ledgers
+        self.ledgers |= new
+        self.fenced |= set(fenced) & self.ledgers
+        self.pending = False
+        self.marked_total += len(new)
+        self._save()
+
+    def clear(self, ledger_id: int) -> None:
+        """The ledger is repaired (or deleted): it leaves limbo, durably."""
+        if ledger_id not in self.ledgers:
+            return
+        self.ledgers.discard(ledger_id)
+        self.fenced.discard(ledger_id)
+        self.repaired_total += 1
+        self._save()
