@@ -17,6 +17,7 @@ from ledgerstore.errors import (
     BadVersionError,
     DigestMismatchError,
     LedgerRecoveryError,
+    LedgerStateUnknownError,
     LedgerStoreError,
     NoSuchEntryError,
     NoSuchLedgerError,
@@ -123,7 +124,9 @@ class _LedgerRecovery:
             if not isinstance(r, BaseException):
                 ok[i] = True
                 lac = max(lac, r)
-            elif isinstance(r, NoSuchLedgerError):
+            elif isinstance(r, NoSuchLedgerError | LedgerStateUnknownError):
+                # fenced (a bookie with the ledger in limbo records the fence durably before it
+                # answers), with no LAC to tell: reading forward from a lower LAC is only longer
                 ok[i] = True
             elif isinstance(r, UnauthorizedAccessError):
                 raise UnauthorizedAccessError(
@@ -141,7 +144,9 @@ class _LedgerRecovery:
         """Read ``eid`` from its write set (as the writer wrote it) with the fence flag, so every
         bookie that answers is fenced by then (BookKeeper #2614). Returns the signed bytes and
         the payload, or None once ``need`` replicas said they lack it (then it cannot have been
-        acknowledged)."""
+        acknowledged). A replica that answers UNKNOWN (the ledger is in limbo there: it lost data
+        and cannot tell) is no vote either way: with too few votes left the attempt fails, and
+        the ledger stays open for a later one, never closed short."""
         md = self.md
         _, ensemble = md.ensemble_for(eid)
         timeout = self.ctx.config.read_timeout_s
@@ -149,7 +154,7 @@ class _LedgerRecovery:
         owner: dict[asyncio.Future[bytes], str] = {asyncio.ensure_future(read(ensemble[i], md.ledger_id, eid, timeout, fence_key=self.key)): ensemble[i]
                  for i in md.write_set(eid)}
         pending: set[asyncio.Future[bytes]] = set(owner)
-        missing = 0
+        missing = unknown = 0
         errors: list[str] = []
         try:
             while pending:
@@ -167,6 +172,9 @@ class _LedgerRecovery:
                         return data, entry.payload
                     if isinstance(exc, NoSuchEntryError | NoSuchLedgerError):
                         missing += 1
+                    elif isinstance(exc, LedgerStateUnknownError):
+                        unknown += 1
+                        errors.append(f"{bid}: in limbo, cannot tell")
                     elif isinstance(exc, UnauthorizedAccessError):
                         raise UnauthorizedAccessError(
                             f"bookie {bid} refused the password while recovering ledger {md.ledger_id}")
@@ -178,7 +186,7 @@ class _LedgerRecovery:
             _discard(pending)
         raise LedgerRecoveryError(
             f"recovery of ledger {md.ledger_id} cannot tell whether entry {eid} exists: {missing} replicas lack it "
-            f"(need {self.need} to be sure), errors: {'; '.join(errors)}")
+            f"(need {self.need} to be sure), {unknown} cannot tell, errors: {'; '.join(errors)}")
 
     async def _write_back(self, eid: int, data: bytes) -> None:
         """Write a found entry to its whole write set with recovery adds (they pass the fence).
