@@ -163,7 +163,7 @@ def test_json_endpoints_answer_sensibly(hc: HttpCluster) -> None:
     assert info["storage"] == "entrylog" and info["instance_id"] and info["uptime_seconds"] >= 0
     assert hc.get_json(0, "/api/v1/bookie/state") == {
         "running": True, "readOnly": False, "shuttingDown": False, "availableForHighPriorityWrites": True,
-        "forcedReadOnly": False, "registered": True, "journalFailed": False}
+        "forcedReadOnly": False, "registered": True, "journalFailed": False, "ledgersInLimbo": 0}
 
     assert sorted(hc.get_json(1, "/api/v1/bookie/list_bookies")) == sorted(hc.cluster.bookie_id(i) for i in range(3))
     bookies = hc.get_json(1, "/api/v1/bookie/list_bookies?details=true")["bookies"]

@@ -8,14 +8,19 @@ cookie files kept, or lost too) and it is started again. With ``data_integrity_c
 puts them in limbo: a read of an entry it lacks and a LAC read answer UNKNOWN, the open ledger is
 fenced (a writer's adds are refused FENCED, recovery adds land and are then served), and all of
 it survives another restart. With the option off it answers NO_SUCH_ENTRY, the lie limbo exists
-to prevent.
+to prevent. Left to repair itself, the bookie recovers the open ledger, copies its share of both
+from the other two and takes them out of limbo; the shell's ``limbo`` command shows what is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,12 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(coro, 120))
 
 
+async def held_back() -> Client:
+    """A repair client that never comes: the repair waits (and is cancelled with its bookie)."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
 class Cluster:
     """Three in-process bookies on one sqlite file; bookies stop, lose their disks and start."""
 
@@ -62,8 +73,10 @@ class Cluster:
     def bookie_id(self, i: int) -> str:
         return f"127.0.0.1:{self.ports[i]}"
 
-    async def start(self, i: int, **settings: Any) -> Bookie:
-        b = Bookie(self.config(i, **settings))
+    async def start(self, i: int, *, repair: bool = False, **settings: Any) -> Bookie:
+        """Start bookie ``i``; unless ``repair``, its limbo repair is held back (it waits forever
+        for its client), so that the limbo answers can be examined."""
+        b = Bookie(self.config(i, **settings), repair_client=None if repair else held_back)
         await b.start()
         self.bookies[i] = b
         return b
@@ -211,5 +224,48 @@ def test_an_unreadable_limbo_file_stops_the_start_in_one_line(tmp_path: Path) ->
                 await cluster.start(0)
         finally:
             await cluster.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("storage", ENGINES)
+def test_a_bookie_repairs_its_limbo_ledgers_from_the_other_replicas_and_leaves_limbo(
+        tmp_path: Path, storage: str) -> None:
+    async def main() -> None:
+        async with one_bookie_emptied(tmp_path, storage) as (cluster, client, closed, opened):
+            b = await cluster.start(0, repair=True)
+            deadline = time.monotonic() + 60
+            while len(b.limbo):
+                assert time.monotonic() < deadline, f"still in limbo: {sorted(b.limbo.ledgers)}"
+                await asyncio.sleep(0.1)
+            assert b.limbo.repaired_total == 2 and b.repair.entries_copied == 10
+            assert not (tmp_path / "b0" / "journal" / LIMBO_FILE).exists()
+            md = await client.ledger_metadata(opened)
+            assert md.is_closed and md.last_entry_id == 4  # recovered by the repair
+            bid = cluster.bookie_id(0)
+            for lid in (closed, opened):
+                for e in range(5):
+                    assert await status_of(client, bid, lambda r, lid=lid, e=e: codec.encode_read(r, lid, e)) \
+                        == Status.OK
+                assert await status_of(client, bid, lambda r, lid=lid: codec.encode_read(r, lid, 5)) \
+                    == Status.NO_SUCH_ENTRY  # out of limbo: its "no" is a vote again
+            assert b.status().ledgers_in_limbo == 0
+
+    run(main())
+
+
+def test_the_shell_shows_the_ledgers_left_in_limbo(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with one_bookie_emptied(tmp_path) as (cluster, _, closed, opened):
+            await cluster.start(0)
+            toml = tmp_path / "bookie0.toml"
+            cfg = cluster.config(0)
+            toml.write_text(f'[bookie]\nmetadata = "{cfg.metadata}"\nlisten = "{cfg.listen}"\n'
+                            f'journal_dir = "{cfg.journal_dir}"\nledger_dirs = ["{cfg.ledger_dirs[0]}"]\n')
+            out = subprocess.run([sys.executable, "-m", "ledgerstore", "shell", "limbo", "--config", str(toml),
+                                  "--json"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert json.loads(out.stdout) == {"ledgers_in_limbo": 2, "listing_pending": False,
+                                              "ledgers": sorted([closed, opened]), "fenced": [opened]}
 
     run(main())

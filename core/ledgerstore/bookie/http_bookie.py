@@ -112,8 +112,8 @@ class BookieEndpoints(Endpoints):
                                  "peaks": {k: sorted([s, round(v, 6)] for s, v in by.items()) for k, by in snap.items()}})
 
     def state(self) -> dict[str, Any]:
-        """BookKeeper's BookieStateService body plus ``forcedReadOnly``, ``registered`` and
-        ``journalFailed``."""
+        """BookKeeper's BookieStateService body plus ``forcedReadOnly``, ``registered``,
+        ``journalFailed`` and ``ledgersInLimbo``."""
         st = self.bookie.status()
         return {
             "running": not st.stopping,
@@ -123,6 +123,7 @@ class BookieEndpoints(Endpoints):
             "forcedReadOnly": st.forced_read_only,
             "registered": st.registered,
             "journalFailed": st.journal_failed,
+            "ledgersInLimbo": st.ledgers_in_limbo,
         }
 
     async def get_state(self, req: Request) -> Response:

@@ -127,6 +127,17 @@ class BookieCollector(Collector):
         yield _gauge("ledgerstore_bookie_requests_awaiting_metadata",
                      "Adds and fences waiting for the metadata look-up of a ledger new to this bookie.",
                      st.requests_awaiting_metadata)
+        yield _gauge("ledgerstore_bookie_ledgers_in_limbo",
+                     "Ledgers in limbo: this bookie lost data it may have held of them (reads it lacks answer UNKNOWN) "
+                     "and has not repaired them from their other replicas yet.", st.ledgers_in_limbo)
+        yield _counter("ledgerstore_bookie_limbo_ledgers_repaired",
+                       "Limbo ledgers repaired from their other replicas and taken out of limbo since the bookie started.",
+                       b.limbo.repaired_total)
+        yield _counter("ledgerstore_bookie_limbo_entries_copied",
+                       "Entries copied to this bookie from other replicas while repairing its limbo ledgers.",
+                       b.repair.entries_copied)
+        yield _counter("ledgerstore_bookie_limbo_repair_failures",
+                       "Attempts at repairing a limbo ledger that failed (retried).", b.repair.failures)
         rejected = CounterMetricFamily(
             "ledgerstore_bookie_rejected_adds", "Adds refused, by status (READ_ONLY, FENCED, UNAUTHORIZED, ...).",
             labels=["reason"],

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,10 @@ from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_naming, lost
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
+from ledgerstore.bookie.repair import LimboRepair
 from ledgerstore.bookie.state import BookieState, BookieStatus
-from ledgerstore.config import BookieConfig
+from ledgerstore.client.client import Client
+from ledgerstore.config import BookieConfig, ClientConfig
 from ledgerstore.errors import BookieDiskFullError, BookieUnavailableError, LedgerStoreError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.plugins import build, create_transport, notify
@@ -76,11 +78,14 @@ class Bookie:
 
     def __init__(self, config: BookieConfig, *, metadata_store: MetadataStore | None = None,
                  transport: Transport | None = None, engine: StorageEngine | None = None,
-                 journal_factory: JournalFactory = Journal) -> None:
+                 journal_factory: JournalFactory = Journal,
+                 repair_client: Callable[[], Awaitable[Client]] | None = None) -> None:
         """``config`` says what to build. The keyword arguments are seams for embedding and for
         the deterministic simulation (:mod:`ledgerstore.sim`): a given (unstarted) metadata store,
-        transport or storage engine is used instead of the one the config names, and
-        ``journal_factory`` is called with :class:`Journal`'s arguments to build the journal.
+        transport or storage engine is used instead of the one the config names,
+        ``journal_factory`` is called with :class:`Journal`'s arguments to build the journal, and
+        ``repair_client`` starts the client that repairs limbo ledgers (by default one built
+        from the config, as the auto-recovery's).
 
         The storage engine and the transport are built here, from their parsed options; what needs
         the running loop, a started metadata store or an open engine (the listening server, the
@@ -119,6 +124,8 @@ class Bookie:
         self.limbo = Limbo(self.ledgers.limbo)
         #: what the cookie check found (once started)
         self.cookie_outcome: CookieOutcome | None = None
+        #: repairs the limbo ledgers from their other replicas (runs while any is left)
+        self.repair = LimboRepair(self.bookie_id, self.limbo, repair_client or self._repair_client, config.autorecovery)
         self.processor = RequestProcessor(config, self.state, self.ledgers, self.counters)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -202,6 +209,7 @@ class Bookie:
             ledgers=len(self.ledgers.master_keys),
             lac_waiters=self.processor.waiters.count,
             requests_awaiting_metadata=self.parts.lookup.count if self.parts is not None else 0,
+            ledgers_in_limbo=len(self.limbo),
         )
 
     @property
@@ -281,6 +289,9 @@ class Bookie:
         if cfg.gc_wait_time_ms > 0:
             self._tasks.append(asyncio.create_task(self._gc().run(), name="gc"))
         self.started_at = time.time()
+        if len(self.limbo):
+            self.repair.bookie_id = self.bookie_id
+            self._tasks.append(asyncio.create_task(self.repair.run(), name="limbo-repair"))
         if cfg.autorecovery.enabled:
             self.recovery = RecoveryService.for_bookie(self)
             await self.recovery.start()
@@ -353,6 +364,13 @@ class Bookie:
         self.instance_id, self.ownership.cookie = outcome.instance_id, outcome.cookie
 
     # --- data integrity (limbo ledgers) ----------------------------------------------------------
+
+    async def _repair_client(self) -> Client:
+        """The client the limbo repair reads and writes through, configured as the auto-recovery's."""
+        cfg = self.config
+        return await Client(config=ClientConfig(
+            metadata=cfg.metadata, metadata_options=dict(cfg.metadata_options),
+            transport=dict(cfg.autorecovery.client_transport), max_frame_size=cfg.max_frame_size)).start()
 
     def _check_data_integrity(self, parts: ServingParts) -> None:
         """Read the limbo file and, with ``data_integrity_checking_enabled``, record durably

@@ -69,3 +69,5 @@ class BookieStatus:
     lac_waiters: int
     #: adds and fences waiting for the metadata look-up of a ledger new to this bookie
     requests_awaiting_metadata: int
+    #: ledgers in limbo: this bookie lost data it may have held of them and has not repaired them yet
+    ledgers_in_limbo: int = 0

@@ -28,6 +28,7 @@ from ledgerstore.cli.shell_disk import (
     gc_command,
     initbookie,
     lastmark,
+    limbo,
     listfilesondisc,
     localconsistencycheck,
     readjournal,
@@ -120,6 +121,7 @@ shell.add_command(metaformat)
 shell.add_command(nukeexistingcluster)
 shell.add_command(localconsistencycheck)
 shell.add_command(lastmark)
+shell.add_command(limbo)
 shell.add_command(listfilesondisc)
 shell.add_command(readjournal)
 shell.add_command(bookieformat)

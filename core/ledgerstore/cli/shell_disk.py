@@ -12,8 +12,10 @@ import click
 from rich.progress import Progress
 
 from ledgerstore.bookie.dirlock import LOCK_FILE
+from ledgerstore.bookie.files import OS_FILES
 from ledgerstore.bookie.http_auth import bearer_headers
 from ledgerstore.bookie.journal import ADD, FENCE, MASTER_KEY, journal_files, read_mark, scan_file
+from ledgerstore.bookie.limbo import Limbo
 from ledgerstore.cli.common import console, emit, handle_errors, run_async
 from ledgerstore.cli.shell_http import admin_request
 from ledgerstore.cli.shell_local import (
@@ -105,6 +107,22 @@ def lastmark(bookie_config: str, as_json: bool) -> None:
     cfg = load_bookie_config(bookie_config)
     mark = read_mark(Path(cfg.journal_dir))
     emit({"journal_file_id": mark.file_id, "offset": mark.offset}, as_json, title="LastLogMark")
+
+
+@click.command()
+@config_option
+@json_option
+@handle_errors
+def limbo(bookie_config: str, as_json: bool) -> None:
+    """Print the bookie's ledgers in limbo (it lost data it may have held of them) that it has
+    not repaired yet; none once its repair is done. Reads the journal directory's limbo file,
+    so it works whether the bookie runs or not."""
+
+    cfg = load_bookie_config(bookie_config)
+    found = Limbo(set())
+    found.open(Path(cfg.journal_dir), OS_FILES)
+    emit({"ledgers_in_limbo": len(found), "listing_pending": found.pending, "ledgers": sorted(found.ledgers),
+          "fenced": sorted(found.fenced)}, as_json, title="Limbo")
 
 
 @click.command()
