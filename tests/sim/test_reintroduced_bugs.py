@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ledgerstore.api.storage import StorageEngine
-from ledgerstore.bookie import journal
+from ledgerstore.bookie import journal, server
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
@@ -34,6 +34,8 @@ DURATION = 30.0
 JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 57, "replay-drops-last": 23}
 #: the seeds the compaction bug put back is run for: its seeds-to-find (docs/simulation.md)
 COMPACTION_DROPS_LIVE_SEEDS = 1
+#: the seeds limbo switched off is run for: its seeds-to-find (docs/simulation.md)
+LIMBO_OFF_SEEDS = 3
 
 
 def _violations(seeds: int) -> dict[int, list[str]]:
@@ -262,3 +264,13 @@ def test_the_simulation_catches_a_compaction_that_drops_a_live_entry(monkeypatch
     _drop_the_first_live_record(monkeypatch)
     seed, violations = _first_failing(COMPACTION_DROPS_LIVE_SEEDS)
     assert any("of its write set" in v for v in violations), (seed, violations)
+
+
+def test_the_simulation_catches_a_wiped_bookie_voting_no_such_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 put back: a bookie wiped mid-run under its old identity is not put in limbo (as
+    with ``data_integrity_checking_enabled = false``), so its "no such entry" for entries it
+    acknowledged and lost closes a ledger short."""
+    monkeypatch.setattr(server, "lost_data", lambda *args, **kwargs: None)
+    found = _violations(LIMBO_OFF_SEEDS)  # seeds-to-find 3 (seed 2: the wipe at the recovery of L1)
+    assert any("were acknowledged to the writer but the ledger was closed at" in v
+               for vs in found.values() for v in vs), found

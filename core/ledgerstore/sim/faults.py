@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ledgerstore.errors import LedgerStoreError
@@ -22,13 +22,14 @@ from ledgerstore.sim.world import World
 FAULT_KINDS = ("lossy-link", "partition", "crash", "pause-writer", "expire-session", "metadata-fail",
                "slow-bookie", "hold-link", "stop-at-add", "read-only", "journal", "lost-answer", "fence-restart",
                "recovery-race", "client-restart",
-               "storage")  # crashes inside the entry-log engine's checkpoint, compaction, GC (ledgerstore.sim.diskfaults)
+               "storage",  # crashes inside the entry-log engine's checkpoint, compaction, GC (ledgerstore.sim.diskfaults)
+               "wipe")  # a bookie loses its data mid-run, its identity kept (ledgerstore.sim.wipes)
 #: kinds aimed at one recovery: drawn only around recoveries (:meth:`FaultInjector.around_recovery`)
 AROUND_ONLY = frozenset({"fence-restart", "recovery-race"})
 #: kinds drawn by a schedule of their own (``ledgerstore.sim.readonly``, ``ledgerstore.sim.diskfaults``
 #: for the faults aimed at the journal's steps, ``ledgerstore.sim.logs``) or only around recoveries,
 #: not by :func:`draw_faults`
-OWN_SCHEDULE = frozenset({"read-only", "journal", "client-restart", "storage"}) | AROUND_ONLY
+OWN_SCHEDULE = frozenset({"read-only", "journal", "client-restart", "storage", "wipe"}) | AROUND_ONLY
 #: the directed scenarios (``ledgerstore sim --scenario``): every recovery meets that fault
 SCENARIOS = ("fence-restart", "lost-answer", "recovery-race", "client-restart",
              # a crash inside a checkpoint, a compaction (three steps) or a GC pass (ledgerstore.sim.diskfaults)
@@ -147,17 +148,24 @@ class FaultInjector:
         self.healed = False
         #: bookies crashed for good: restarted only after the final recoveries
         self.lost: set[str] = set()
+        #: bookies wiped mid-run (``ledgerstore.sim.wipes``): none is lost for good after one
+        self.wiped: set[str] = set()
         #: the directed scenario: every recovery meets this fault (None: drawn at random)
         self.scenario: str | None = None
         #: starts a second recovery of a ledger, and marks it for auto-recovery (the workload's)
         self.on_race: Callable[[int], None] | None = None
         #: paused processes -> the timer that wakes them
         self._wakes: dict[str, asyncio.TimerHandle] = {}
+        #: awaited at each recovery before the faults around it are drawn, with the ledger's
+        #: current fragment and id (the mid-run wipe's hook; it draws from its own generator)
+        self.before_recovery: Callable[[list[str], int], Awaitable[None]] | None = None
 
     async def around_recovery(self, ensemble: list[str], ledger_id: int) -> None:
         """Faults cluster where protocols race: most recoveries meet a fault on a bookie of
         the ledger's current fragment ``ensemble`` (or on a link to it, or a writer pause),
         starting from a second before the recovery to half a second into it."""
+        if self.before_recovery is not None:
+            await self.before_recovery(ensemble, ledger_id)
         rng = self.around_rng
         failover = "crash" in self.kinds and "stop-at-add" in self.kinds
         kinds = [k for k in AROUND_RECOVERY if k in self.kinds or (k == "failover" and failover)]
@@ -268,7 +276,7 @@ class FaultInjector:
         down = sum(not x.running for x in w.bookies)
         if node.running and down < self.max_down and not self.healed:
             node.crash()
-            if f.params and f.params[0]:
+            if f.params and f.params[0] and not self.wiped:
                 self.lost.add(node.name)
                 w.trace("bookie.lost", f"{node.name} until the final recoveries")
             else:

@@ -27,6 +27,7 @@ from ledgerstore.sim.network import LinkFaults
 from ledgerstore.sim.readonly import ReadOnlySpells
 from ledgerstore.sim.scratch import ScratchLedgers
 from ledgerstore.sim.workload import LedgerWorkload
+from ledgerstore.sim.wipes import WIPE, WipeSchedule
 from ledgerstore.sim.world import World
 
 
@@ -146,6 +147,9 @@ async def _scenario(run: Run) -> None:
     disks = DiskFaultSchedule(run)  # failed writes and flipped bits (ledgerstore.sim.diskfaults)
     if shape.has("disk-faults"):
         disks.start()
+    wipes = WipeSchedule(run, run.faults, work_load)  # a bookie loses its data mid-run (ledgerstore.sim.wipes)
+    if WIPE in random_faults:
+        wipes.start(d)
     scratch = ScratchLedgers(w, d * 0.9)  # ledgers written and deleted: work for GC and compaction
     if shape.has("scratch"):
         loop.create_task(scratch.run(await w.client("scratch").start()), name="scratch")
@@ -176,6 +180,8 @@ async def _scenario(run: Run) -> None:
     # the operator frees the full disks and brings the lost machines back (same disks, same ids)
     await run.read_only.free()
     await run.faults.replace_lost()
+    await wipes.settle()  # the wiped bookie repairs its limbo ledgers
+    run.stats.update(wipes.stats)
     if shape.has("logs"):
         await logs.finish()  # the log's final takeover and checks, before a bookie is wiped
         run.stats.update(logs.stats)

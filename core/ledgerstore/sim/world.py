@@ -109,10 +109,19 @@ class SimBookie:
                                    [Path(d) for d in self.config.ledger_dirs], options=STORAGE_OPTIONS,
                                    files=SimProcessFiles(self.files), schedule=w.loop.call_soon)
         bookie = Bookie(self.config, metadata_store=self.store, transport=SimTransport(w.net, self.name),
-                        engine=engine, journal_factory=journal)
+                        engine=engine, journal_factory=journal, repair_client=self._repair_client)
         await bookie.start()
         self.bookie = bookie
         w.trace("bookie.start", f"{self.name} #{self._incarnation}")
+
+    async def _repair_client(self) -> Client:
+        """The client the bookie repairs its limbo ledgers through: a process of this machine."""
+        return await self.world.client(self.name).start()
+
+    @property
+    def journal_dir(self) -> Path:
+        """The journal's directory on this machine's disks."""
+        return Path(self.config.journal_dir)
 
     def crash(self, *, tear: bool = False) -> None:
         """Kill the process (the bookie's :meth:`~Bookie.abort`): no clean stop, connections
