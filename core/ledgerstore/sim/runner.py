@@ -26,8 +26,8 @@ from ledgerstore.sim.loop import SimulationStuck, VirtualTimeLoop
 from ledgerstore.sim.network import LinkFaults
 from ledgerstore.sim.readonly import ReadOnlySpells
 from ledgerstore.sim.scratch import ScratchLedgers
-from ledgerstore.sim.workload import LedgerWorkload
 from ledgerstore.sim.wipes import WIPE, WipeSchedule
+from ledgerstore.sim.workload import LedgerWorkload
 from ledgerstore.sim.world import World
 
 
