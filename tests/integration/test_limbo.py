@@ -5,7 +5,7 @@ Three bookies in this process (real TCP, one sqlite metadata file, each storage 
 open and a closed ledger. One is stopped, its journal and ledger directories are emptied (the
 cookie files kept, or lost too) and it is started again. With ``data_integrity_checking_enabled``
 (the default) it finds the loss before it serves, lists the ledgers whose fragments name it and
-puts them in limbo: a read of an entry it lacks and a LAC read answer UNKNOWN, the open ledger is
+puts them in limbo: a read of an entry it lacks and a LAC read answer UNKNOWN, both ledgers are
 fenced (a writer's adds are refused FENCED, recovery adds land and are then served), and all of
 it survives another restart. With the option off it answers NO_SUCH_ENTRY, the lie limbo exists
 to prevent. Left to repair itself, the bookie recovers the open ledger, copies its share of both
@@ -146,7 +146,7 @@ def test_a_bookie_restarted_on_emptied_directories_answers_unknown_for_its_ledge
             b = await cluster.start(0)
             bid = cluster.bookie_id(0)
             assert set(b.limbo.ledgers) == {closed, opened}
-            assert b.limbo.fenced == {opened}  # only the open ledger: its writer may still add
+            assert b.limbo.fenced == {closed, opened}  # a stale writer of either finds it fenced
             for lid in (closed, opened):
                 assert await status_of(client, bid, lambda r, lid=lid: codec.encode_read(r, lid, 0)) == Status.UNKNOWN
                 assert await status_of(client, bid, lambda r, lid=lid: codec.encode_read_lac(r, lid)) == Status.UNKNOWN
@@ -266,6 +266,34 @@ def test_the_shell_shows_the_ledgers_left_in_limbo(tmp_path: Path) -> None:
                                   "--json"], capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             assert json.loads(out.stdout) == {"ledgers_in_limbo": 2, "listing_pending": False,
-                                              "ledgers": sorted([closed, opened]), "fenced": [opened]}
+                                              "ledgers": sorted([closed, opened]), "fenced": sorted([closed, opened])}
+
+    run(main())
+
+
+def test_a_closed_ledger_new_to_a_bookie_takes_recovery_adds_only(tmp_path: Path) -> None:
+    """A stale writer's add of a closed ledger, sent to a bookie that does not hold it (one
+    re-replication swapped in, or one that lost the fence it had recorded), is refused FENCED:
+    the metadata look-up that allows the ledger's first key shows it closed, and fences it."""
+    async def main() -> None:
+        cluster = Cluster(tmp_path, "entrylog")
+        try:
+            for i in range(3):
+                await cluster.start(i)
+            async with Client(metadata=cluster.meta, metadata_options={"server": "never"}) as client:
+                lh = await client.create_ledger(2, 2, 2, password=PW, bookies=[cluster.bookie_id(1), cluster.bookie_id(2)])
+                await lh.append(b"entry 0")
+                await lh.close()
+                lid, key, bid = lh.ledger_id, master_key(PW), cluster.bookie_id(0)
+                assert await status_of(client, bid, lambda r: codec.encode_add(r, lid, 1, key, sign(lid, 1, 0))) \
+                    == Status.FENCED
+                assert await status_of(client, bid, lambda r: codec.encode_add(
+                    r, lid, 0, key, sign(lid, 0), FLAG_RECOVERY_ADD)) == Status.OK
+                await cluster.stop(0)
+                await cluster.start(0)  # the fence is in the journal with the key
+                assert await status_of(client, bid, lambda r: codec.encode_add(r, lid, 1, key, sign(lid, 1, 0))) \
+                    == Status.FENCED
+        finally:
+            await cluster.close()
 
     run(main())

@@ -89,6 +89,8 @@ class LedgerLookup:
         #: first master keys allowed by the metadata store, for ledgers new to this bookie:
         #: ledger → the key its stored password gives, or b"" when the metadata holds no password
         self._allowed: dict[int, bytes] = {}
+        #: those of them the metadata store showed closed: fenced here with their first key
+        self._closed: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         #: requests waiting for a look-up (the ``requests_awaiting_metadata`` gauge)
         self.count = 0
@@ -97,9 +99,14 @@ class LedgerLookup:
         """The first key the ledger may take (b"": any), or None when it was not looked up."""
         return self._allowed.get(ledger_id)
 
+    def was_closed(self, ledger_id: int) -> bool:
+        """Whether the look-up of a ledger new to this bookie found it closed."""
+        return ledger_id in self._closed
+
     def key_recorded(self, ledger_id: int) -> None:
         """The ledger's first key is recorded: its look-up's finding is no longer needed."""
         self._allowed.pop(ledger_id, None)
+        self._closed.discard(ledger_id)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The look-ups under way (the bookie cancels them when it stops)."""
@@ -149,6 +156,8 @@ class LedgerLookup:
                     log.warning("ledger %d's metadata holds a password that is not base64; its first key is not "
                                 "checked against it", ledger_id)
             self._allowed[ledger_id] = allowed
+            if md.is_closed:
+                self._closed.add(ledger_id)
         waiting = self._waiting.pop(ledger_id, [])
         self.count -= len(waiting)
         if status is not None:
@@ -190,7 +199,7 @@ class Ledgers:
         """Pass when ``key`` is the ledger's master key. The key of a ledger new to this bookie is
         recorded (durably, before anything acknowledged depends on it) once the metadata store has
         shown the ledger exists and, when it stores the ledger's password, that the key is the one
-        it gives. Raises :class:`UnauthorizedAccessError`, or :class:`LedgerNotLookedUpError`
+        it gives; a ledger the store showed closed is fenced here with it. Raises :class:`UnauthorizedAccessError`, or :class:`LedgerNotLookedUpError`
         until the look-up is done."""
         known = self.descriptors.master_keys.get(ledger_id)
         if known is None:
@@ -203,6 +212,12 @@ class Ledgers:
                 raise UnauthorizedAccessError(f"the key is not ledger {ledger_id}'s")
             self.engine.set_master_key(ledger_id, key)
             self.journal.log_master_key(ledger_id, key, None)
+            if self.lookup.was_closed(ledger_id) and ledger_id not in self.descriptors.fenced:
+                # a closed ledger takes no new entries: a stale writer's add (to a bookie that
+                # lost the fence it recorded, or that a re-replication swapped in) is refused
+                self.engine.set_fenced(ledger_id)
+                self.descriptors.fenced.add(ledger_id)
+                self.journal.log_fence(ledger_id, None)
             self.lookup.key_recorded(ledger_id)
             self.descriptors.master_keys[ledger_id] = key
         elif known != key:
@@ -228,8 +243,8 @@ class Ledgers:
             if ledger_id in self.descriptors.fenced:
                 raise LedgerFencedError(f"ledger {ledger_id} is fenced")
             if ledger_id in self.descriptors.limbo:
-                # as BookKeeper: a ledger in limbo takes recovery adds only (its open ones are
-                # fenced when put in limbo; a closed one takes no new entries)
+                # a ledger in limbo takes recovery adds only (BookKeeper fences the open ones
+                # when it puts them in limbo; a closed one takes no new entries)
                 raise LedgerFencedError(f"ledger {ledger_id} is in limbo on this bookie")
 
     # --- changes -------------------------------------------------------------------------------

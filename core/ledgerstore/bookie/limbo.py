@@ -7,8 +7,9 @@ bookie that comes back under its old identity with empty or older directories (a
 restore from a backup, a reformat that kept the cookie) would vote for entries it acknowledged
 and lost. So at start, before it serves anything, a bookie that finds it lost data
 (:func:`lost_data`) lists from the metadata store every ledger whose fragments name it and puts
-each **in limbo** (:class:`Limbo`), fencing those still open whose last fragment names it, so
-their writer stops adding here. For a ledger in limbo the bookie still serves what it holds,
+each **in limbo** (:class:`Limbo`), fencing the closed ones and the open ones whose last
+fragment names it (:func:`fence_in_limbo`), so their writers stop adding here (the fences stay
+after the repair). For a ledger in limbo the bookie still serves what it holds,
 but where it would answer "no such entry" or a LAC it answers ``UNKNOWN``
 (:class:`~ledgerstore.errors.LedgerStateUnknownError`), which recovery never counts as a vote.
 Adds other than recovery adds are refused ``FENCED``. A ledger leaves limbo once the bookie
@@ -67,9 +68,14 @@ async def ledgers_naming(store: MetadataStore, bookie_id: str) -> list[LedgerMet
 
 
 def fence_in_limbo(md: LedgerMetadata, bookie_id: str) -> bool:
-    """Whether a ledger put in limbo is also fenced here: it is not closed and its last fragment
-    names this bookie, so its writer may still send adds (BookKeeper fences the same ones)."""
-    return not md.is_closed and bookie_id in md.ensembles[-1][1]
+    """Whether a ledger put in limbo is also fenced here: every one but an open ledger whose last
+    fragment does not name this bookie. An open one whose last fragment names it may still get
+    its writer's adds (BookKeeper fences those); a closed one may have been fenced here before
+    the data was lost, and a stale writer's add must find it fenced still, after the ledger left
+    limbo too. An open ledger whose last fragment names other bookies was never fenced here
+    (recovery fences the last fragment, which no longer changes once it began), and a later
+    ensemble change may pick this bookie for it."""
+    return md.is_closed or bookie_id in md.ensembles[-1][1]
 
 
 class Limbo:

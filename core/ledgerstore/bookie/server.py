@@ -388,14 +388,14 @@ class Bookie:
 
     async def _enter_limbo(self, store: MetadataStore) -> None:
         """Finish what :meth:`_check_data_integrity` began: list the ledgers whose fragments
-        name this bookie and put them in limbo, then fence (again, at each start) the open ones
+        name this bookie and put them in limbo, then fence (again, at each start) the ones
         among them, durably, before the bookie serves."""
         limbo = self.limbo
         if limbo.pending:
             mds = await ledgers_naming(store, self.bookie_id)
             fenced = [md.ledger_id for md in mds if fence_in_limbo(md, self.bookie_id)]
             await asyncio.to_thread(limbo.mark, [md.ledger_id for md in mds], fenced)
-            log.warning("bookie %s: %d ledgers in limbo (%d of them open, fenced here) until repaired from their "
+            log.warning("bookie %s: %d ledgers in limbo (%d of them fenced here) until repaired from their "
                         "other replicas", self.bookie_id, len(mds), len(fenced))
         if not limbo.fenced - self.ledgers.fenced:
             return
