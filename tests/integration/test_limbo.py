@@ -77,7 +77,11 @@ class Cluster:
         """Start bookie ``i``; unless ``repair``, its limbo repair is held back (it waits forever
         for its client), so that the limbo answers can be examined."""
         b = Bookie(self.config(i, **settings), repair_client=None if repair else held_back)
-        await b.start()
+        try:
+            await b.start()
+        except BaseException:
+            await b.stop()  # a start that failed half-way leaves the engine (and its threads) to stop()
+            raise
         self.bookies[i] = b
         return b
 

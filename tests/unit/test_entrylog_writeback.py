@@ -57,8 +57,19 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[SyncRecorder]:
     rec.gate.set()
 
 
+_earlier: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_threads() -> None:
+    """Write-back threads alive before the test (an engine another test left open in this
+    process) are not this test's."""
+    _earlier.clear()
+    _earlier.update(t for t in threading.enumerate() if t.name == THREAD)
+
+
 def writeback_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == THREAD]
+    return [t for t in threading.enumerate() if t.name == THREAD and t not in _earlier]
 
 
 def active_log(root: Path) -> Path:
