@@ -171,6 +171,13 @@ background.define("bench-tiny", ["tests/test_benchmarks_smoke.py"],
                    "--md-out", str(BENCH_TINY_OUT / "r.md")], timeout=1200)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A shell without job control starts its background commands with SIGINT ignored, and Python
+    # then keeps it ignored: the tests of what Ctrl-C does need Python's own handler
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     background.start_needed([item.nodeid for item in session.items])
 
