@@ -31,8 +31,7 @@ def _has_redis() -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_run() -> tuple[dict, str, str]:
-    """``run_all.py --tiny``, started in the background when the run collected these tests
-    (tests/conftest.py, tests/background.py)."""
+    """``run_all.py --tiny`` (tests/conftest.py, tests/background.py)."""
     proc = background.result("bench-tiny")
     assert proc.returncode == 0, f"run_all.py --tiny failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads((BENCH_TINY_OUT / "r.json").read_text()), (BENCH_TINY_OUT / "r.md").read_text(), proc.stdout
