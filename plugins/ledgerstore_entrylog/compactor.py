@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 
-from ledgerstore.errors import BookieIOError
+from ledgerstore.errors import BookieDiskFullError, BookieIOError
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner, ScannedRecord
 from ledgerstore_entrylog.format import RECORD_IDS
 from ledgerstore_entrylog.index import fsync_dir, remove_file
@@ -68,7 +68,12 @@ class Compactor:
                 continue
             live = sum(n for lid, n in lg.ledgers.items() if lid in st.ledgers)
             if live / lg.total < threshold and lg.total - live >= _GC_ROLL_DEAD_BYTES:
-                self._logs.roll(dir_idx)
+                try:
+                    self._logs.roll(dir_idx)
+                except BookieDiskFullError as exc:
+                    # Its buffer did not fit: it stays active with the buffer whole, and this
+                    # pass goes on to delete the dead logs, which is what makes room.
+                    log.info("GC leaves active entry log %s unfinished: %s", lg.path, exc)
 
     def compact(self, threshold: float) -> None:
         """Compact every finished log whose live fraction is below ``threshold`` (the bookie

@@ -154,6 +154,8 @@ class EntryLogs:
         old = st.active[dir_idx]
         if old is not None:
             old.finish()
+            # finished: no longer the active log, even if creating the next one fails below
+            st.active[dir_idx] = None
             self.note_written(old)
             self.write_ledger_map(old)
         log_id = self._next_log_id
