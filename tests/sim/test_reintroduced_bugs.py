@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ledgerstore.api.storage import StorageEngine
-from ledgerstore.bookie import journal, server
+from ledgerstore.bookie import journal, limbo, server
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import Ledgers
 from ledgerstore.client import recovery
@@ -36,6 +36,9 @@ JOURNAL_BUGS_SEEDS = {"ack-before-fsync": 57, "replay-drops-last": 23}
 COMPACTION_DROPS_LIVE_SEEDS = 1
 #: the seeds limbo switched off is run for: its seeds-to-find (docs/simulation.md)
 LIMBO_OFF_SEEDS = 3
+#: the checks of the ledger directories' checkpoint marks off: seed 0 (its ledger directory put
+#: back as it was 8 s earlier)
+STALE_LEDGER_DIR_SEEDS = 1
 
 
 def _violations(seeds: int) -> dict[int, list[str]]:
@@ -274,3 +277,13 @@ def test_the_simulation_catches_a_wiped_bookie_voting_no_such_entry(monkeypatch:
     found = _violations(LIMBO_OFF_SEEDS)  # seeds-to-find 3 (seed 2: the wipe at the recovery of L1)
     assert any("were acknowledged to the writer but the ledger was closed at" in v
                for vs in found.values() for v in vs), found
+
+
+def test_the_simulation_catches_a_ledger_directory_restored_from_an_older_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32's detection put back to the journal alone: a bookie whose ledger directory was put
+    back as an older copy (or wiped keeping its cookie) while its journal stayed does not compare
+    the directory's checkpoint mark with the journal's, so it serves what the copy holds and never
+    repairs the rest: acknowledged entries end on fewer than Qa bookies of their write set."""
+    monkeypatch.setattr(limbo, "_ledger_dirs_out_of_step", lambda *args, **kwargs: None)
+    seed, violations = _first_failing(STALE_LEDGER_DIR_SEEDS)
+    assert any("of its write set" in v for v in violations), (seed, violations)

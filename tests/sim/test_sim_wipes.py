@@ -10,9 +10,11 @@ import pytest
 from ledgerstore.sim import run_seed
 
 #: (seed, what was wiped and when) at 30 simulated seconds: a journal lost at a recovery, every
-#: disk lost at a drawn time
+#: disk lost, the ledger directory lost, the ledger directory put back as an older copy
 WIPES = [(2, "journal lost, cookie kept, ledgers [1] name it; at the recovery of L1"),
-         (0, "every disk lost, cookie kept")]
+         (18, "every disk lost, cookie kept"),
+         (34, "bookie-1: ledger directory lost, cookie kept"),
+         (0, "ledger directory's newer state (restored from an older copy) lost, cookie kept")]
 
 
 @pytest.mark.parametrize("seed, wipe", WIPES)

@@ -6,6 +6,7 @@ writes a fresh one. The cookie files themselves are :mod:`ledgerstore.bookie.coo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,6 +17,8 @@ from ledgerstore.bookie.dirlock import LOCK_FILE
 from ledgerstore.config import BookieConfig
 from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta.bookies import ClusterManager, CookieManager, compare_cookies
+
+log = logging.getLogger(__name__)
 
 
 class CookieOutcome(NamedTuple):
@@ -54,10 +57,16 @@ async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id:
         "ledger_dirs": [str(d.resolve()) for d in ledger_dirs],
         "layout": 1,
     }
-    local = cookies.read_local(dirs)
     mgr = CookieManager(store)
     remote = await mgr.get(bookie_id)
     where = f"bookie {bookie_id}"
+    if config.data_integrity_checking_enabled and remote is not None:
+        replaced = _restamp_replaced_dirs(dirs, remote, expected, where)
+        if replaced is not None:
+            if remote.get("endpoint") != advertised:
+                await mgr.put(bookie_id, {**replaced, "endpoint": advertised})
+            return CookieOutcome(iid, replaced, restamped=True)
+    local = cookies.read_local(dirs)
     if local is None and remote is None:
         if any(_has_data(d) for d in ledger_dirs):
             raise LedgerStoreError(
@@ -97,6 +106,28 @@ async def validate_cookie(store: MetadataStore, config: BookieConfig, bookie_id:
     if remote.get("endpoint") != advertised:
         await mgr.put(bookie_id, {**local, "endpoint": advertised})
     return CookieOutcome(iid, local)
+
+
+def _restamp_replaced_dirs(dirs: list[Path], remote: dict[str, Any], expected: dict[str, Any],
+                           where: str) -> dict[str, Any] | None:
+    """Some directories, not all, lost their cookie and hold nothing (a disk replaced under a
+    bookie that kept its others): with ``data_integrity_checking_enabled`` the cookie the other
+    directories and the metadata store agree on is written back to them, and the bookie starts
+    with its ledgers in limbo. Returns that cookie, or None when this is not the case."""
+    missing = [d for d in dirs if not (d / cookies.COOKIE_FILE).exists()]
+    if not missing or len(missing) == len(dirs) or any(_has_data(d) for d in missing):
+        return None
+    local = cookies.read_local([d for d in dirs if d not in missing])
+    if local is None:
+        return None
+    compare_cookies(local, {k: v for k, v in remote.items() if k != "endpoint"}, where)
+    if cookies.INCARNATION in local:
+        expected = {**expected, cookies.INCARNATION: local[cookies.INCARNATION]}
+    compare_cookies(local, expected, where + " (configuration)")
+    log.warning("%s: no cookie in %s (replaced or wiped); stamping it back, the bookie's ledgers go in limbo",
+                where, ", ".join(str(d) for d in missing))
+    cookies.write_local(missing, local)
+    return local
 
 
 def _has_data(d: Path) -> bool:

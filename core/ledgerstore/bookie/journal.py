@@ -144,8 +144,8 @@ def journal_files(directory: Path, files: FileSystem = OS_FILES) -> list[tuple[i
     return sorted(out)
 
 
-def read_mark(directory: Path, files: FileSystem = OS_FILES) -> LogMark:
-    p = directory / "lastMark"
+def read_mark(directory: Path, files: FileSystem = OS_FILES, *, name: str = "lastMark") -> LogMark:
+    p = directory / name
     if not files.exists(p):
         return LogMark(0, 0)
     raw = files.read(p)
@@ -154,9 +154,9 @@ def read_mark(directory: Path, files: FileSystem = OS_FILES) -> LogMark:
     return LogMark(*MARK.unpack_from(raw))
 
 
-def write_mark(directory: Path, mark: LogMark, files: FileSystem = OS_FILES) -> None:
+def write_mark(directory: Path, mark: LogMark, files: FileSystem = OS_FILES, *, name: str = "lastMark") -> None:
     body = MARK.pack(mark.file_id, mark.offset)
-    files.replace(directory / "lastMark", body + _U32.pack(crc32c.crc32c(body)))
+    files.replace(directory / name, body + _U32.pack(crc32c.crc32c(body)))
 
 
 def scan_file(path: Path, start: int = 0, *, repair: bool = False, files: FileSystem = OS_FILES) -> Iterator[Record]:

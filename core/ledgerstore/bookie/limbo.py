@@ -25,39 +25,102 @@ ledgers are listed leads to listing them again, never to serving the empty disks
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ledgerstore.api import MetadataStore
 from ledgerstore.bookie.files import FileSystem
-from ledgerstore.bookie.journal import journal_files
-from ledgerstore.errors import LedgerStoreError
+from ledgerstore.bookie.journal import LogMark, journal_files, read_mark, write_mark
+from ledgerstore.errors import BookieIOError, LedgerStoreError
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
 
-__all__ = ["LIMBO_FILE", "Limbo", "ledgers_naming", "lost_data"]
+__all__ = ["LEDGER_MARK_FILE", "LIMBO_FILE", "Limbo", "ledgers_naming", "lost_data", "write_ledger_marks"]
 
 #: the limbo file's name in the journal directory
 LIMBO_FILE = "limbo"
 #: the journal's checkpoint mark (``journal.write_mark``)
 _MARK_FILE = "lastMark"
+#: in each ledger directory: the journal position its storage was last checkpointed to
+LEDGER_MARK_FILE = "lastMark"
+#: in the journal directory: the ledger directories carry :data:`LEDGER_MARK_FILE`
+LEDGER_MARKS_FLAG = "ledgerMarks"
 
 
-def lost_data(journal_dir: Path, files: FileSystem, *, fresh_cookie: bool, restamped: bool) -> str | None:
+def lost_data(journal_dir: Path, files: FileSystem, *, fresh_cookie: bool, restamped: bool,
+              ledger_dirs: Sequence[Path] = ()) -> str | None:
     """Why the bookie must treat its directories as having lost data, or None when they hold what
     its cookie says. ``fresh_cookie``: the cookie was first written by this start (a new bookie
-    has nothing to lose); ``restamped``: the directories had no cookie and it was written again
-    from the metadata store's. A bookie that ran before keeps journal files or a checkpoint mark
-    in its journal directory from its first start on: none there means the directory was wiped."""
+    has nothing to lose); ``restamped``: some or all directories had no cookie and it was written
+    again (from the metadata store's, or the other directories'). A bookie that ran before keeps
+    journal files or a checkpoint mark in its journal directory from its first start on: none
+    there means the directory was wiped. And each checkpoint leaves its mark in every ledger
+    directory too (:func:`write_ledger_marks`): a ledger directory whose mark is behind the
+    journal's, or missing, was restored from an older copy or wiped; a journal that ends before
+    a ledger directory's mark was."""
     if restamped:
-        return "its directories had no cookie while the metadata store has one (disks wiped or replaced)"
+        return "some of its directories had no cookie while the bookie's others or the metadata store have one " \
+               "(disks wiped or replaced)"
     if fresh_cookie:
         return None
     if files.exists(journal_dir / LIMBO_FILE):
         return None  # already known; the file says what is in limbo
-    if not journal_files(journal_dir, files) and not files.exists(journal_dir / _MARK_FILE):
+    journal = journal_files(journal_dir, files)
+    if not journal and not files.exists(journal_dir / _MARK_FILE):
         return f"its journal directory {journal_dir} holds a cookie but no journal (wiped, or restored from a copy)"
+    return _ledger_dirs_out_of_step(journal_dir, journal, ledger_dirs, files)
+
+
+def _ledger_dirs_out_of_step(journal_dir: Path, journal: list[tuple[int, Path]], ledger_dirs: Sequence[Path],
+                             files: FileSystem) -> str | None:
+    """Why the ledger directories and the journal do not fit together, or None when they do."""
+    mark = read_mark(journal_dir, files)
+    marked = files.exists(journal_dir / LEDGER_MARKS_FLAG)
+    for d in ledger_dirs:
+        if not files.exists(d / LEDGER_MARK_FILE):
+            if marked:  # (a bookie of a version that wrote no such marks has no flag)
+                return (f"its ledger directory {d} lost the checkpoint mark every checkpoint leaves there "
+                        "(wiped, or replaced keeping its cookie)")
+            continue
+        try:
+            at = read_mark(d, files, name=LEDGER_MARK_FILE)
+        except BookieIOError as exc:
+            return f"its ledger directory's checkpoint mark cannot be read ({exc})"
+        if at < mark:
+            return (f"its ledger directory {d} was checkpointed up to journal position {_show(at)}, the journal's "
+                    f"mark says {_show(mark)}: the directory was restored from an older copy")
+        if not _journal_reaches(journal, at, files):
+            return (f"its journal directory {journal_dir} ends before position {_show(at)}, up to which ledger "
+                    f"directory {d} was checkpointed: the journal was restored from an older copy")
     return None
+
+
+def _show(mark: LogMark) -> str:
+    return f"{mark.file_id:x}:{mark.offset}"
+
+
+def _journal_reaches(journal: list[tuple[int, Path]], mark: LogMark, files: FileSystem) -> bool:
+    """Whether the journal's files reach ``mark`` (its file is there and holds a byte before the
+    mark's offset, or a later file is)."""
+    if mark.file_id == 0 and mark.offset == 0:
+        return True
+    for fid, path in journal:
+        if fid > mark.file_id:
+            return True
+        if fid == mark.file_id:
+            return mark.offset <= 0 or len(files.read(path, mark.offset - 1, 1)) == 1
+    return False
+
+
+def write_ledger_marks(journal_dir: Path, ledger_dirs: Sequence[Path], mark: LogMark, files: FileSystem) -> None:
+    """Leave ``mark`` (the journal position the storage engine now holds everything up to) in
+    every ledger directory, durably, before the journal's mark moves to it (BookKeeper keeps its
+    ``lastMark`` in the ledger directories); then, once, the journal directory's flag that says
+    the marks are there, so that a mark missing later means a directory that lost it."""
+    for d in ledger_dirs:
+        write_mark(d, mark, files, name=LEDGER_MARK_FILE)
+    if not files.exists(journal_dir / LEDGER_MARKS_FLAG):
+        files.replace(journal_dir / LEDGER_MARKS_FLAG, b"")
 
 
 async def ledgers_naming(store: MetadataStore, bookie_id: str) -> list[LedgerMetadata]:

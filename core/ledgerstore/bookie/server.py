@@ -42,10 +42,10 @@ from ledgerstore.bookie.counters import BookieCounters
 from ledgerstore.bookie.disks import disk_usage
 from ledgerstore.bookie.gc import GarbageCollector
 from ledgerstore.bookie.http import AdminHttpServer, start_admin_http
-from ledgerstore.bookie.journal import Journal
+from ledgerstore.bookie.journal import Journal, LogMark, read_mark
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
-from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_naming, lost_data
+from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_naming, lost_data, write_ledger_marks
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
@@ -124,6 +124,8 @@ class Bookie:
         self.limbo = Limbo(self.ledgers.limbo)
         #: what the cookie check found (once started)
         self.cookie_outcome: CookieOutcome | None = None
+        #: the journal position last left in the ledger directories (``limbo.write_ledger_marks``)
+        self._ledger_mark: LogMark | None = None
         #: repairs the limbo ledgers from their other replicas (runs while any is left)
         self.repair = LimboRepair(self.bookie_id, self.limbo, repair_client or self._repair_client, config.autorecovery)
         self.processor = RequestProcessor(config, self.state, self.ledgers, self.counters)
@@ -381,10 +383,14 @@ class Bookie:
         outcome = self.cookie_outcome
         if not self.config.data_integrity_checking_enabled or outcome is None:
             return
-        why = lost_data(self.journal_dir, files, fresh_cookie=outcome.fresh, restamped=outcome.restamped)
+        why = lost_data(self.journal_dir, files, fresh_cookie=outcome.fresh, restamped=outcome.restamped,
+                        ledger_dirs=self.ledger_dirs)
         if why is not None:
             log.warning("bookie %s lost data: %s. Its ledgers go in limbo before it serves", self.bookie_id, why)
             self.limbo.begin()
+            # the loss is recorded: the ledger directories' marks catch up, so that a start after
+            # the repair does not find it again
+            write_ledger_marks(self.journal_dir, self.ledger_dirs, read_mark(self.journal_dir, files), files)
 
     async def _enter_limbo(self, store: MetadataStore) -> None:
         """Finish what :meth:`_check_data_integrity` began: list the ledgers whose fragments
@@ -450,6 +456,9 @@ class Bookie:
             mark = journal.durable_mark()
             self.engine.flush()
             t1 = time.perf_counter()
+            if mark != self._ledger_mark:
+                write_ledger_marks(self.journal_dir, self.ledger_dirs, mark, journal.files)
+                self._ledger_mark = mark
             journal.checkpoint_done(mark)
             took = time.perf_counter() - t0
             self.counters.flush_seconds.observe(t1 - t0)

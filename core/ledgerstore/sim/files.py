@@ -258,6 +258,26 @@ class SimFileSystem:
         """Bytes written and not yet synced, over every file."""
         return sum(len(f.data) - f.synced for f in self.files.values())
 
+    def engine_snapshot(self) -> dict[str, bytes]:
+        """The ledger directories' files as a crash now would leave them (their synced bytes),
+        and their directories (empty bytes, names ending in ``/``): a copy to restore later."""
+        out = {name: bytes(f.durable if f.durable is not None else f.data[: f.synced])
+               for name, f in self.files.items() if self._engine_file(name)}
+        out.update((d + "/", b"") for d in self.dirs if self._engine_file(d + "/"))
+        return out
+
+    def restore_engine(self, copy: dict[str, bytes]) -> None:
+        """Put the ledger directories back as ``copy`` (:meth:`engine_snapshot`) has them, every
+        file and directory of theirs not in it gone (an empty copy: the directories wiped)."""
+        for name in [n for n in self.files if self._engine_file(n)]:
+            del self.files[name]
+        self.dirs -= {d for d in self.dirs if self._engine_file(d + "/")}
+        for name, data in copy.items():
+            if name.endswith("/"):
+                self.dirs.add(name[:-1])
+            else:
+                self.files[name] = SimFile(bytearray(data), len(data))
+
     # --- the FileSystem port ------------------------------------------------------------------
 
     def listdir(self, directory: Path) -> list[str]:
