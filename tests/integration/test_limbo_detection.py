@@ -28,10 +28,14 @@ import pytest
 from ledgerstore.aio import Client
 from ledgerstore.bookie.cookie import COOKIE_FILE
 from ledgerstore.bookie.limbo import LEDGER_MARK_FILE, LEDGER_MARKS_FLAG
+from ledgerstore.cluster import free_ports
+from ledgerstore.config import AutoRecoveryConfig
 from ledgerstore.errors import CookieMismatchError
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import Status
-from tests.integration.test_limbo import ENGINES, PW, Cluster, run, status_of
+from ledgerstore.proto.digest import master_key
+from ledgerstore.recovery.admin import recover_bookie
+from tests.integration.test_limbo import ENGINES, PW, Cluster, run, sign, status_of
 
 
 @contextlib.asynccontextmanager
@@ -156,5 +160,44 @@ def test_a_bookie_restarted_on_its_own_directories_is_not_in_limbo(tmp_path: Pat
             (tmp_path / "b0" / "journal" / LEDGER_MARKS_FLAG).unlink()
             assert len((await cluster.start(0)).limbo) == 0
             assert await status_of(client, cluster.bookie_id(0), lambda r: codec.encode_read(r, lid, 4)) == Status.OK
+
+    run(main())
+
+
+def test_a_ledger_recovered_away_from_a_restored_bookie_stays_fenced_there(tmp_path: Path) -> None:
+    """The copy a ledger directory is restored from holds a ledger's key but not the fence its
+    recovery recorded since; and the auto-recovery moved the ledger's copies off the bookie while
+    it was down, so the ledger no longer names it and is not put in limbo. A writer that never
+    heard of the recovery must still find it fenced there (seed 1813 of the simulation)."""
+    async def main() -> None:
+        cluster = Cluster(tmp_path, "entrylog")
+        cluster.ports, cluster.bookies = free_ports(4), [None] * 4
+        try:
+            for i in range(4):
+                await cluster.start(i)
+            async with Client(metadata=cluster.meta, metadata_options={"server": "never"}) as client:
+                ids = [cluster.bookie_id(i) for i in range(3)]
+                lh = await client.create_ledger(3, 3, 2, password=PW, bookies=ids)
+                for e in range(5):
+                    await lh.append(f"entry {e}".encode())
+                await cluster.stop(0)
+                shutil.copytree(tmp_path / "b0" / "ledgers", tmp_path / "backup")
+                await cluster.start(0)
+                recovered = await client.open_ledger(lh.ledger_id, password=PW)  # fences it on 0, 1 and 2
+                assert recovered.md.is_closed
+                await checkpoint(cluster, 0)
+                await cluster.stop(0)
+                await recover_bookie(client, ids[0], AutoRecoveryConfig(), timeout=60)
+                assert ids[0] not in (await client.ledger_metadata(lh.ledger_id)).bookies()
+                shutil.rmtree(tmp_path / "b0" / "ledgers")
+                shutil.copytree(tmp_path / "backup", tmp_path / "b0" / "ledgers")
+                b = await cluster.start(0)
+                assert lh.ledger_id not in b.limbo.ledgers and lh.ledger_id in b.ledgers.fenced
+                key = master_key(PW)
+                assert await status_of(client, ids[0], lambda r: codec.encode_add(
+                    r, lh.ledger_id, 5, key, sign(lh.ledger_id, 5, 4))) == Status.FENCED
+        finally:
+            await cluster.close()
+            await cluster.stop(3)
 
     run(main())

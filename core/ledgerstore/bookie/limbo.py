@@ -25,7 +25,7 @@ ledgers are listed leads to listing them again, never to serving the empty disks
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,9 @@ from ledgerstore.api import MetadataStore
 from ledgerstore.bookie.files import FileSystem
 from ledgerstore.bookie.journal import LogMark, journal_files, read_mark, write_mark
 from ledgerstore.errors import BookieIOError, LedgerStoreError
-from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
+from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata, LedgerState
 
-__all__ = ["LEDGER_MARK_FILE", "LIMBO_FILE", "Limbo", "ledgers_naming", "lost_data", "write_ledger_marks"]
+__all__ = ["LEDGER_MARK_FILE", "LIMBO_FILE", "Limbo", "ledgers_to_check", "lost_data", "write_ledger_marks"]
 
 #: the limbo file's name in the journal directory
 LIMBO_FILE = "limbo"
@@ -123,11 +123,25 @@ def write_ledger_marks(journal_dir: Path, ledger_dirs: Sequence[Path], mark: Log
         files.replace(journal_dir / LEDGER_MARKS_FLAG, b"")
 
 
-async def ledgers_naming(store: MetadataStore, bookie_id: str) -> list[LedgerMetadata]:
-    """The ledgers whose fragments name ``bookie_id``, in ledger id order."""
+async def ledgers_to_check(store: MetadataStore, bookie_id: str,
+                           held: Collection[int]) -> tuple[list[LedgerMetadata], list[int]]:
+    """What a bookie that lost data must see to: the ledgers whose fragments name ``bookie_id``
+    (in ledger id order; they go in limbo), and, of ``held`` (the ledgers its directories still
+    hold something of), those that no longer name it and are not open (closed, or in recovery):
+    a fence of theirs may be lost with the data (a ledger directory restored from an older copy
+    keeps their keys but not a fence recorded since), and a writer that does not know of the
+    close or of the auto-recovery's swap may still send them adds. Those are fenced here again."""
     mgr = LedgerManager(store)
-    found = [md async for _, md in mgr.read_many(mgr.list()) if md is not None and bookie_id in md.bookies()]
-    return sorted(found, key=lambda md: md.ledger_id)
+    naming: list[LedgerMetadata] = []
+    fence_only: list[int] = []
+    async for _, md in mgr.read_many(mgr.list()):
+        if md is None:
+            continue
+        if bookie_id in md.bookies():
+            naming.append(md)
+        elif md.ledger_id in held and md.state is not LedgerState.OPEN:
+            fence_only.append(md.ledger_id)
+    return sorted(naming, key=lambda md: md.ledger_id), sorted(fence_only)
 
 
 def fence_in_limbo(md: LedgerMetadata, bookie_id: str) -> bool:

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from ledgerstore.bookie.http import AdminHttpServer, start_admin_http
 from ledgerstore.bookie.journal import Journal, LogMark, read_mark
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
-from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_naming, lost_data, write_ledger_marks
+from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_to_check, lost_data, write_ledger_marks
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
@@ -398,17 +398,26 @@ class Bookie:
         among them, durably, before the bookie serves."""
         limbo = self.limbo
         if limbo.pending:
-            mds = await ledgers_naming(store, self.bookie_id)
+            mds, fence_only = await ledgers_to_check(store, self.bookie_id, self.ledgers.master_keys.keys())
+            if set(fence_only) - self.ledgers.fenced:
+                # durably, before the listing is recorded as complete (a crash in between lists again)
+                self._fence_here(fence_only)
+                await asyncio.to_thread(self.checkpoint)
             fenced = [md.ledger_id for md in mds if fence_in_limbo(md, self.bookie_id)]
             await asyncio.to_thread(limbo.mark, [md.ledger_id for md in mds], fenced)
             log.warning("bookie %s: %d ledgers in limbo (%d of them fenced here) until repaired from their "
-                        "other replicas", self.bookie_id, len(mds), len(fenced))
+                        "other replicas; %d closed ledgers that no longer name it fenced here again", self.bookie_id,
+                        len(mds), len(fenced), len(fence_only))
         if not limbo.fenced - self.ledgers.fenced:
             return
-        for lid in sorted(limbo.fenced):
+        self._fence_here(limbo.fenced)
+        await asyncio.to_thread(self.checkpoint)
+
+    def _fence_here(self, ledger_ids: Iterable[int]) -> None:
+        """Fence the ledgers in the engine and the bookie's rules (durable at the next checkpoint)."""
+        for lid in sorted(ledger_ids):
             self.engine.set_fenced(lid)
             self.ledgers.fenced.add(lid)
-        await asyncio.to_thread(self.checkpoint)
 
     def info(self) -> BookieInfo:
         total, used, free = self.disk_usage()
