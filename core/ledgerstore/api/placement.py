@@ -22,6 +22,9 @@ class BookieInfo:
     total_bytes: int = 0
     ledger_count: int = 0
     read_only: bool = False
+    #: ledgers the bookie has in limbo (it lost data it may have held of them and is repairing
+    #: them itself from their other replicas); 0 in registrations written before this field
+    ledgers_in_limbo: int = 0
     extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
 

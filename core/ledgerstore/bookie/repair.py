@@ -40,9 +40,12 @@ class LimboRepair:
     """Repairs the limbo ledgers of one bookie until none is left (``await run()``)."""
 
     def __init__(self, bookie_id: str, limbo: Limbo, client: Callable[[], Awaitable[Client]],
-                 settings: AutoRecoveryConfig, retry_s: float = RETRY_S) -> None:
-        """``client`` starts the client the repair reads and writes through (closed at the end)."""
+                 settings: AutoRecoveryConfig, retry_s: float = RETRY_S,
+                 on_cleared: Callable[[], None] | None = None) -> None:
+        """``client`` starts the client the repair reads and writes through (closed at the end);
+        ``on_cleared`` is called each time a ledger left limbo (the bookie publishes the count)."""
         self.bookie_id, self.limbo, self._client = bookie_id, limbo, client
+        self._on_cleared = on_cleared
         #: the copy's throttle and batch size (``[bookie.autorecovery]``); the pause between passes
         self.settings, self.retry_s = settings, retry_s
         #: attempts that failed (a metric)
@@ -104,3 +107,5 @@ class LimboRepair:
             log.info("limbo ledger %d repaired: %d entries copied to this bookie", ledger_id, copied)
         await asyncio.to_thread(self.limbo.clear, ledger_id)
         self._failing.pop(ledger_id, None)
+        if self._on_cleared is not None:
+            self._on_cleared()

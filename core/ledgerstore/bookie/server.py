@@ -46,6 +46,7 @@ from ledgerstore.bookie.journal import Journal, LogMark, read_mark
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
 from ledgerstore.bookie.ledgers import RECOVERY_ADD_RESERVE_BYTES
 from ledgerstore.bookie.limbo import Limbo, fence_in_limbo, ledgers_to_check, lost_data, write_ledger_marks
+from ledgerstore.bookie.limbo_announce import LimboAnnouncer
 from ledgerstore.bookie.ownership import Ownership
 from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
@@ -126,8 +127,12 @@ class Bookie:
         self.cookie_outcome: CookieOutcome | None = None
         #: the journal position last left in the ledger directories (``limbo.write_ledger_marks``)
         self._ledger_mark: LogMark | None = None
+        #: publishes the limbo count in the registration as the repair lowers it (the auditor
+        #: leaves a repairing bookie's ledgers to it)
+        self.limbo_announcer = LimboAnnouncer(lambda: len(self.limbo), self._register)
         #: repairs the limbo ledgers from their other replicas (runs while any is left)
-        self.repair = LimboRepair(self.bookie_id, self.limbo, repair_client or self._repair_client, config.autorecovery)
+        self.repair = LimboRepair(self.bookie_id, self.limbo, repair_client or self._repair_client, config.autorecovery,
+                                  on_cleared=self.limbo_announcer.changed)
         self.processor = RequestProcessor(config, self.state, self.ledgers, self.counters)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -293,6 +298,7 @@ class Bookie:
         self.started_at = time.time()
         if len(self.limbo):
             self.repair.bookie_id = self.bookie_id
+            self._tasks.append(asyncio.create_task(self.limbo_announcer.run(), name="limbo-announcer"))
             self._tasks.append(asyncio.create_task(self.repair.run(), name="limbo-repair"))
         if cfg.autorecovery.enabled:
             self.recovery = RecoveryService.for_bookie(self)
@@ -430,6 +436,7 @@ class Bookie:
             total_bytes=total,
             ledger_count=len(self.ledgers.master_keys),
             read_only=self.read_only,
+            ledgers_in_limbo=len(self.limbo),
         )
 
     async def _register(self) -> None:
@@ -437,8 +444,10 @@ class Bookie:
             info = self.info()
             t0 = time.perf_counter()
             self._published_read_only = None
+            self.limbo_announcer.published(None)
             await self.registry.register(info)
             self._published_read_only = info.read_only
+            self.limbo_announcer.published(info.ledgers_in_limbo)
             peaks.observe("metadata_register", time.perf_counter() - t0)
             self.state.registered.set()
 

@@ -116,7 +116,8 @@ def listbookies(sc: ShellContext, readwrite: bool, readonly: bool, all_: bool, h
                 r["hostname"] = socket.gethostbyaddr(host)[0]
             except OSError:
                 r["hostname"] = host
-    cols = ["bookie_id", "endpoint", "state", "rack", "region", "free_bytes", "ledger_count"]
+    # ledgers_in_limbo: the bookie lost data and is repairing those ledgers itself
+    cols = ["bookie_id", "endpoint", "state", "rack", "region", "free_bytes", "ledger_count", "ledgers_in_limbo"]
     emit(rows, as_json, cols[:1] + ["hostname"] + cols[1:] if hostnames else cols, title=f"{len(rows)} bookies")
 
 
