@@ -74,6 +74,11 @@ class AutoRecoveryConfig:
     #: mark what it lacks (auditorReplicasCheckInterval); 0 = only on request (a bookie that finds
     #: its data gone asks for one)
     replicas_check_interval_s: float = 86400.0
+    #: the replicas check leaves the shortfalls of a bookie whose registration says it has
+    #: ledgers in limbo to the bookie's own repair while its limbo count keeps falling, and checks
+    #: it like any other once the count has not fallen for this many seconds (a repair that is
+    #: stuck must not hide a loss for ever); 0 = never leave them to it
+    limbo_patience_s: float = 3600.0
     #: client-side transport options for the copies (TLS CA, CURVE keys, ...)
     client_transport: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: placement policy that chooses replacement bookies (BookKeeper's ensemblePlacementPolicy of
@@ -104,6 +109,8 @@ class AutoRecoveryConfig:
             problems.append("'autorecovery.parallel_ledgers' must be at least 1")
         if self.replicas_check_interval_s < 0:
             problems.append("'autorecovery.replicas_check_interval_s' must be >= 0 (0 = only on demand)")
+        if not self.limbo_patience_s >= 0:  # NaN too
+            problems.append("'autorecovery.limbo_patience_s' must be >= 0 (0 = check bookies in limbo like any other)")
         return problems
 
 

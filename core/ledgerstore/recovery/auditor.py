@@ -13,7 +13,9 @@ its old ledgers, so they are all marked at once, whatever the delay. Before mark
 records what was lost of the bookie (:class:`~ledgerstore.recovery.markers.LossRecord`), which
 is what lets a worker tell "the same bookie came back" from "a new bookie took the id". And every
 ``replicas_check_interval_s`` (or on ``triggeraudit --replicas``) it runs the replicas check
-(:mod:`ledgerstore.recovery.replicas`): every bookie is asked which ledgers it really holds.
+(:mod:`ledgerstore.recovery.replicas`): every bookie is asked which ledgers it really holds,
+but a bookie repairing its limbo ledgers itself is left to that repair while it makes progress
+(:mod:`ledgerstore.recovery.limbo_patience`, remembered here from one check to the next).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ledgerstore.errors import LedgerStoreError
 from ledgerstore.meta import layout
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.meta.ledgers import LedgerManager
+from ledgerstore.recovery.limbo_patience import LimboPatience
 from ledgerstore.recovery.markers import (
     AUDIT_TRIGGER,
     DECOMMISSION,
@@ -73,6 +76,8 @@ class Auditor:
         self._registered: set[str] = set()
         self._replicas_kick = asyncio.Event()
         self._pool: ChannelPool | None = None
+        #: how long each bookie in limbo has gone without repairing a ledger (across replicas checks)
+        self.limbo = LimboPatience(settings.limbo_patience_s, clock)
         self.stats: dict[str, Any] = {"full_checks": 0, "ledgers_checked": 0, "ledgers_marked": 0,
                                       "replicas_checks": 0, "last_replicas_check": None}
 
@@ -152,7 +157,7 @@ class Auditor:
         if self._pool is None:
             self._pool = ChannelPool(self.registry.endpoint_of, dict(self.settings.client_transport),
                                      ClientConfig.max_frame_size)
-        result = await ReplicasCheck(self.store, self._pool).run()
+        result = await ReplicasCheck(self.store, self._pool, limbo=self.limbo).run()
         self.stats["replicas_checks"] += 1
         self.stats["last_replicas_check"] = result
         self.stats["ledgers_marked"] += len(result["ledgers_marked"])

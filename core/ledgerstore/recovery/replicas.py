@@ -8,6 +8,12 @@ under its old id before anyone noticed, directories emptied under a running book
 short. For every fragment of a closed ledger that names a bookie, the bookie must hold the
 ledger up to the last entry of that fragment whose write set includes it.
 
+A bookie whose registration says it has ledgers in limbo (it lost data and is repairing itself
+from the other replicas) is left to that repair: its shortfalls are not marked while its limbo
+count is above zero and keeps falling (:mod:`ledgerstore.recovery.limbo_patience`), so the
+replication workers do not copy its fragments elsewhere and swap it out while it fills itself
+up. Each check logs which bookies it left so, and checks them again once they report zero.
+
 What it cannot see: the answer carries the last entry of each ledger, not every entry, so a
 hole below a bookie's last entry of a ledger goes unnoticed. Open ledgers are left to their
 writers (and to recovery when they are closed).
@@ -20,12 +26,13 @@ import logging
 import time
 from typing import Any
 
-from ledgerstore.api import MetadataStore
+from ledgerstore.api import BookieInfo, MetadataStore
 from ledgerstore.client.bookie_client import BookieClient
 from ledgerstore.client.channel import ChannelPool
 from ledgerstore.errors import LedgerStoreError, NoSuchLedgerError
 from ledgerstore.meta.bookies import BookieRegistry
 from ledgerstore.meta.ledgers import LedgerManager, LedgerMetadata
+from ledgerstore.recovery.limbo_patience import LimboPatience
 from ledgerstore.recovery.markers import NOT_HELD, UnderReplicationManager
 
 log = logging.getLogger(__name__)
@@ -57,8 +64,11 @@ class ReplicasCheck:
     """One replicas check over the whole cluster: ``await run()``."""
 
     def __init__(self, store: MetadataStore, pool: ChannelPool, timeout_s: float = 30.0,
-                 recheck_delay_s: float = RECHECK_DELAY_S) -> None:
+                 recheck_delay_s: float = RECHECK_DELAY_S, limbo: LimboPatience | None = None) -> None:
+        """``limbo``: which bookies in limbo are left to their own repair (kept across checks by
+        the auditor); None checks every bookie alike."""
         self.store = store
+        self.limbo = limbo
         self.pool = pool
         self.bookie_client = BookieClient(pool)
         self.timeout_s = timeout_s
@@ -87,7 +97,12 @@ class ReplicasCheck:
         """Check every closed ledger against what its bookies hold; mark those short of data.
         Returns what was done (bookies asked, skipped, ledgers checked and marked)."""
         t0 = time.monotonic()
-        bookies = sorted(b.bookie_id for b in await self.registry.all())
+        infos = await self.registry.all()
+        repairing = self._repairing(infos)
+        bookies = sorted(b.bookie_id for b in infos if b.bookie_id not in repairing)
+        for b, count in sorted(repairing.items()):
+            log.info("replicas check: bookie %s is repairing %d ledgers in limbo itself: its shortfalls are left "
+                     "to it (checked again once it reports none)", b, count)
         answers = await asyncio.gather(*(self.holdings(b) for b in bookies))
         held = {b: h for b, h in zip(bookies, answers, strict=True) if h is not None}
         suspects: dict[int, set[str]] = {}
@@ -102,7 +117,7 @@ class ReplicasCheck:
                     suspects.setdefault(lid, set()).add(b)
         marked = await self._confirm_and_mark(suspects) if suspects else {}
         result = {"bookies_checked": sorted(held), "bookies_skipped": sorted(set(bookies) - held.keys()),
-                  "ledgers_checked": checked, "ledgers_marked": sorted(marked),
+                  "bookies_repairing": dict(sorted(repairing.items())), "ledgers_checked": checked, "ledgers_marked": sorted(marked),
                   "seconds": round(time.monotonic() - t0, 3)}
         if marked:
             shown = sorted(marked.items())[:20]
@@ -114,9 +129,15 @@ class ReplicasCheck:
                      checked, len(held))
         return result
 
+    def _repairing(self, infos: list[BookieInfo]) -> dict[str, int]:
+        """The bookies left to their own repair now, with their limbo counts."""
+        return self.limbo.left_to_repair(infos) if self.limbo is not None else {}
+
     async def _confirm_and_mark(self, suspects: dict[int, set[str]]) -> dict[int, set[str]]:
-        """Ask each suspect bookie again about each suspect ledger; mark what is still short."""
+        """Ask each suspect bookie again about each suspect ledger; mark what is still short
+        (not of a bookie that went into limbo meanwhile: it was restarted without its data)."""
         await asyncio.sleep(self.recheck_delay_s)
+        repairing = self._repairing(await self.registry.all())
         marked: dict[int, set[str]] = {}
         incarnations: dict[str, str | None] = {}
         for lid, bookies in sorted(suspects.items()):
@@ -125,7 +146,7 @@ class ReplicasCheck:
             except NoSuchLedgerError:
                 continue
             short = set()
-            for b in sorted(bookies & md.bookies()):
+            for b in sorted(bookies & md.bookies() - repairing.keys()):
                 need = needed_last_entry(md, b)
                 again = await self.holdings(b, lid, 1)
                 if need is None or again is None or again.get(lid, -2) >= need:
