@@ -161,6 +161,7 @@ class Auditor:
         self.stats["replicas_checks"] += 1
         self.stats["last_replicas_check"] = result
         self.stats["ledgers_marked"] += len(result["ledgers_marked"])
+        self.stats["bookies_repairing"] = len(result["bookies_repairing"])  # metrics gauge
         return result
 
     async def _delay(self) -> float:
