@@ -15,7 +15,7 @@ being repaired is not where the race is).
   and swap B out while it repairs itself.)
 - A bookie lost elsewhere in the ensemble (C) while B repairs itself is replaced, and only it: the
   marker names C, the worker copies C's share to D reading it from A (B answers UNKNOWN for what
-  it lacks), and the ensembles name A, B, D.
+  it lacks), and the ensembles name A, B, D. ``shell listbookies`` shows B's limbo count meanwhile.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +97,14 @@ async def limbo_count(client: Client, bookie: str) -> int | None:
     return infos[bookie].ledgers_in_limbo if bookie in infos else None
 
 
+def listbookies(cluster: LocalCluster) -> dict[str, int]:
+    """``ledgerstore shell listbookies --json``: each bookie's registered ``ledgers_in_limbo``."""
+    out = subprocess.run([sys.executable, "-m", "ledgerstore", "shell", "--metadata", cluster.metadata, "listbookies",
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return {r["bookie_id"]: r["ledgers_in_limbo"] for r in json.loads(out.stdout)}
+
+
 def empty_then_restart(cluster: LocalCluster, i: int) -> None:
     cluster.kill(i)
     empty_directories(cluster, i)
@@ -165,6 +175,8 @@ def test_a_worker_replaces_the_lost_bookie_but_not_the_one_repairing_itself(
             ids = await write_closed_ledgers(client, cluster, ledgers, entries)
             empty_then_restart(cluster, B)
             await wait_until(lambda: _limbo_is(client, b, ledgers), 30, "B to register its limbo count")
+            rows = await asyncio.to_thread(listbookies, cluster)
+            assert 0 < rows[b] <= ledgers and [rows[x] for x in (a, c, d)] == [0, 0, 0], rows
             await urm.set_lost_bookie_delay(0)  # from now on a bookie gone is lost at once
             cluster.kill(C)
             await wait_until(lambda: _names_no(client, ids, c), 120, "C to be replaced in every ledger")
