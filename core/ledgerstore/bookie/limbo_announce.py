@@ -77,10 +77,12 @@ class LimboAnnouncer:
                 continue
             try:
                 await self._register()
-            except LedgerStoreError as exc:
+            except Exception as exc:
+                # the announcer outlives any one failure: if it ended, the registration would keep
+                # a count above zero and the auditor would leave the bookie alone for too long
                 if str(exc) != failing:
                     log.warning("could not publish the limbo count in the registration (retried every %.0fs): %s",
-                                self.interval_s, exc)
+                                self.interval_s, exc, exc_info=not isinstance(exc, LedgerStoreError))
                     failing = str(exc)
                 await asyncio.sleep(self.interval_s)
                 self._changed.set()
