@@ -247,10 +247,17 @@ def replicas_check(tmp_path: Path, limbo: dict[str, int], held: dict[str, dict[i
 FULL, EMPTY = {0: 9}, {0: -2}
 
 
-def test_the_replicas_check_leaves_a_bookie_in_limbo_unasked_and_unmarked(tmp_path: Path) -> None:
-    result, asked, marked = replicas_check(tmp_path, {"b": 1}, {"a": FULL, "b": EMPTY, "c": FULL})
+def test_the_replicas_check_leaves_a_bookie_in_limbo_unasked_and_unmarked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, "ledgerstore.recovery.replicas"):
+        result, asked, marked = replicas_check(tmp_path, {"b": 1}, {"a": FULL, "b": EMPTY, "c": FULL})
     assert asked == ["a", "c"] and marked == []
     assert result["bookies_repairing"] == {"b": 1} and result["ledgers_marked"] == []
+    said = [r.getMessage() for r in caplog.records]
+    assert "replicas check: bookie b is repairing 1 ledgers in limbo itself: its shortfalls are left to it " \
+           "(checked again once it reports none)" in said
+    assert "replicas check: every closed ledger is held by its bookies (1 ledgers, 2 bookies); " \
+           "1 left to repair their limbo ledgers" in said
 
 
 def test_the_replicas_check_marks_a_short_bookie_that_is_not_in_limbo(tmp_path: Path) -> None:

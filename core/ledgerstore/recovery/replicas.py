@@ -117,16 +117,16 @@ class ReplicasCheck:
                     suspects.setdefault(lid, set()).add(b)
         marked = await self._confirm_and_mark(suspects) if suspects else {}
         result = {"bookies_checked": sorted(held), "bookies_skipped": sorted(set(bookies) - held.keys()),
-                  "bookies_repairing": dict(sorted(repairing.items())), "ledgers_checked": checked, "ledgers_marked": sorted(marked),
-                  "seconds": round(time.monotonic() - t0, 3)}
+                  "bookies_repairing": dict(sorted(repairing.items())), "ledgers_checked": checked,
+                  "ledgers_marked": sorted(marked), "seconds": round(time.monotonic() - t0, 3)}
         if marked:
             shown = sorted(marked.items())[:20]
             log.warning("replicas check: %d ledgers lack data on their bookies and are marked under-replicated: %s%s",
                         len(marked), ", ".join(f"{lid} ({'/'.join(sorted(bs))})" for lid, bs in shown),
                         ", ..." if len(marked) > len(shown) else "")
         else:
-            log.info("replicas check: every closed ledger is held by its bookies (%d ledgers, %d bookies)",
-                     checked, len(held))
+            log.info("replicas check: every closed ledger is held by its bookies (%d ledgers, %d bookies)%s",
+                     checked, len(held), f"; {len(repairing)} left to repair their limbo ledgers" if repairing else "")
         return result
 
     def _repairing(self, infos: list[BookieInfo]) -> dict[str, int]:
