@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A ledgerstore cluster across test hosts on this machine (network namespaces; needs root).
 
-    scripts/netcluster.py up [--bookies 5] [--clients 2] [--metadata etcd|zookeeper|sqlite]
-                                                            # metadata on "meta", bookies b1.., clients c1..
+    scripts/netcluster.py up [--bookies 5] [--clients 2] [--metadata etcd|zookeeper|sqlite] [--kafka 0]
+                                                            # metadata on "meta", bookies b1.., clients c1..,
+                                                            # Kafka front ends k1.. (port 9092)
     scripts/netcluster.py exec TAG HOST -- COMMAND...       # run a command on a host
     scripts/netcluster.py link-down TAG HOST                # silent partition of HOST
     scripts/netcluster.py link-up TAG HOST
@@ -26,13 +27,17 @@ import threading
 from pathlib import Path
 
 from ledgerstore.errors import LedgerStoreError
-from ledgerstore.testing.netns import NetCluster, attach, cut, link, remove_cluster
+from ledgerstore.testing.netns import KAFKA_PORT, NetCluster, attach, cut, link, remove_cluster
 
 
 def _up(args: argparse.Namespace) -> None:
     bookies = [f"b{i + 1}" for i in range(args.bookies)]
     clients = [f"c{i + 1}" for i in range(args.clients)]
-    with NetCluster(["meta", *bookies, *clients]) as net:
+    fronts = [f"k{i + 1}" for i in range(args.kafka)]
+    if fronts and args.metadata == "sqlite":
+        raise LedgerStoreError("--kafka needs --metadata etcd or zookeeper: a kafka.toml names the metadata URI "
+                               "and no metadata options (the sqlite server's secret file)")
+    with NetCluster(["meta", *bookies, *clients, *fronts]) as net:
         topology = net.workdir / "topology.txt"
         topology.write_text("".join(f"{net.host(b).hostname} /rack{i % 3}\n" for i, b in enumerate(bookies)))
         extra, client_config = "", ""
@@ -53,10 +58,14 @@ def _up(args: argparse.Namespace) -> None:
             net.start_bookie(b, metadata, extra, wait=False)
         for svc in net.services[1:]:
             net.wait_for(svc, " ready\n", 60.0)
+        for k in fronts:  # Kafka clients bootstrap from HOSTNAME:9092 (run them with exec on a client host)
+            net.start_kafka(k, metadata)
         print(f"cluster {net.tag} on {net.subnet} (work directory {net.workdir})")
         for h in net.hosts.values():
             print(f"  {h.name:6} {h.address:15} {h.hostname:22} netns {h.netns}")
         print(f"metadata: {metadata}\ntopology file: {topology}")
+        if fronts:
+            print("kafka: " + ", ".join(f"{net.host(k).hostname}:{KAFKA_PORT}" for k in fronts))
         where = f"--config {client_config}" if client_config else f"--metadata {metadata}"
         if client_config:
             print(f"client config: {client_config} (secret file {server.secret_file})")
@@ -76,6 +85,7 @@ def main() -> int:
     up = sub.add_parser("up", help="start a cluster and keep it until Ctrl-C")
     up.add_argument("--bookies", type=int, default=5)
     up.add_argument("--clients", type=int, default=2)
+    up.add_argument("--kafka", type=int, default=0, help="hosts k1..kN each running a Kafka front end (port 9092)")
     up.add_argument("--metadata", choices=("etcd", "zookeeper", "sqlite"), default="etcd",
                     help="the metadata server on host meta (default etcd)")
     for name in ("link-down", "link-up"):

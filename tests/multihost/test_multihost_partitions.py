@@ -4,11 +4,14 @@ silent without a reset, so only timeouts notice."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from ledgerstore.testing.netns import KAFKA_PORT
 from tests.multihost.conftest import (
     ADD_TIMEOUT_S,
     BOOKIES,
@@ -177,3 +180,39 @@ def test_partition_actions_run_while_a_writer_writes(cluster: MultiHost) -> None
     t.start()
     t.join()
     assert writer.answer()["error"] is None
+
+
+#: a Kafka client run inside a host: produce ``n`` records with acks=all to one topic through the
+#: front end at ``argv[1]``, read them back from the start, print how many came back, whether in
+#: order, and the brokers Metadata named
+_KAFKA_CLIENT = """
+import sys
+from kafka import KafkaConsumer, KafkaProducer
+boot, n = sys.argv[1], int(sys.argv[2])
+producer = KafkaProducer(bootstrap_servers=boot, acks="all", request_timeout_ms=20000)
+for i in range(n):
+    producer.send("across-hosts", f"record {i}".encode()).get(timeout=30)
+brokers = sorted(f"{b.host}:{b.port}" for b in producer._metadata.brokers())  # as Metadata named them
+producer.close()
+consumer = KafkaConsumer("across-hosts", bootstrap_servers=boot, auto_offset_reset="earliest",
+                         consumer_timeout_ms=5000)
+got = [m.value.decode() for m in consumer]
+consumer.close()
+print(len(got), got == [f"record {i}" for i in range(n)], *brokers)
+"""
+
+
+def test_a_kafka_client_on_one_host_uses_a_front_end_on_another_by_its_name(cluster: MultiHost) -> None:
+    """``ledgerstore kafka`` on host c2 over the bookies of b1..b5 and etcd on meta; kafka-python on
+    host c1 bootstraps from c2's name, is sent that name back in Metadata (the front end's
+    ``advertised_host``), produces with acks=all and reads every record back, in order."""
+    net = cluster.net
+    front = net.start_kafka("c2", cluster.metadata)
+    try:
+        done = subprocess.run(net.command("c1", [sys.executable, "-c", _KAFKA_CLIENT,
+                                                 f"{net.host('c2').hostname}:{KAFKA_PORT}", "50"]),
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == ["50", "True", f"{net.host('c2').hostname}:{KAFKA_PORT}"], done.stdout
+    finally:
+        net.stop(front)

@@ -15,7 +15,9 @@ the machine's network: traffic flows only between the addresses the cluster made
         net.heal()                     # every link up, every cut removed
 
 The metadata host may run ZooKeeper (:meth:`NetCluster.start_zookeeper`) or the sqlite metadata
-server (:meth:`NetCluster.start_sqlite`: ``sqlite+tcp://`` with a secret file) instead of etcd.
+server (:meth:`NetCluster.start_sqlite`: ``sqlite+tcp://`` with a secret file) instead of etcd. A
+host may run a Kafka front end (:meth:`NetCluster.start_kafka`), which Kafka clients on other
+hosts reach by the host's name.
 
 Processes run inside a host with ``ip netns exec``, which also bind-mounts the namespace's
 ``/etc/netns/NAME/hosts`` over ``/etc/hosts``, so the hostnames resolve there and only there.
@@ -61,6 +63,7 @@ from ledgerstore.testing.servers import DEFAULT_JAVA_HOME, ZOOKEEPER_JAR, zookee
 __all__ = [
     "BOOKIE_PORT",
     "ETCD_PORT",
+    "KAFKA_PORT",
     "ZOOKEEPER_PORT",
     "Host",
     "NetCluster",
@@ -82,6 +85,8 @@ ETCD_PORT = 2379
 ZOOKEEPER_PORT = 2181
 #: the sqlite metadata server's TCP port on the metadata host
 SQLITE_PORT = 4181
+#: a Kafka front end's port on its host
+KAFKA_PORT = 9092
 #: where a running cluster records its namespaces, so another process can partition or remove it
 STATE_DIR = Path("/run/ledgerstore-netns")
 NETNS_ETC = Path("/etc/netns")
@@ -418,6 +423,22 @@ class NetCluster:
                          log=f"bookie-{host}.log", port=BOOKIE_PORT)
         if wait:
             self.wait_for(svc, " ready\n", 60.0)
+        return svc
+
+    def start_kafka(self, host: str, metadata: str, extra: str = "", timeout: float = 60.0) -> Service:
+        """A Kafka front end (``ledgerstore kafka --config``) on ``host`` for the cluster at
+        ``metadata``, listening on the host's address, port :data:`KAFKA_PORT`, and naming the
+        host by its hostname in Metadata answers, so clients elsewhere connect by that name.
+        ``extra``: more lines of its ``[kafka]`` table."""
+        h = self.host(host)
+        d = self.workdir / f"kafka-{h.name}"
+        d.mkdir(parents=True, exist_ok=True)
+        config = d / "kafka.toml"
+        config.write_text(f'metadata = "{metadata}"\n[kafka]\nhost = "{h.address}"\nport = {KAFKA_PORT}\n'
+                          f'advertised_host = "{h.hostname}"\n' + extra)
+        svc = self.popen(host, [sys.executable, "-m", "ledgerstore", "kafka", "--config", str(config)],
+                         log=f"kafka-{h.name}.log", port=KAFKA_PORT)
+        self.wait_for(svc, "kafka ready on ", timeout)
         return svc
 
     def init_cluster(self, host: str, metadata: str) -> None:
