@@ -1,7 +1,7 @@
 """The simulation's fence watch (``ledgerstore.sim.invariants.FenceWatch``) on hand-made frames: a
 bookie that fenced a ledger and then acknowledges a plain add of it that arrived afterwards is
 reported; the adds of a bookie's own limbo repair, on a connection of its process to itself, are
-not (seed 1053 of the 10,000-seed run: with a request and its answer both going "from bookie-5 to
+not (seeds 1053 and 3439 of the 10,000-seed run: with a request and its answer both going "from bookie-5 to
 bookie-5", the answer of a recovery add was taken for a plain add arriving, and the answer to its
 duplicate for the acknowledgement)."""
 
@@ -55,3 +55,31 @@ def test_the_repair_of_a_bookie_on_its_own_connection_is_not_taken_for_a_plain_a
     watch.arrived("b", "b", 17, add_batch(40, FLAG_RECOVERY_ADD))
     watch.sent("b", "b", 17, answer)
     assert found == []
+
+
+def test_the_repair_of_another_bookie_is_not_taken_for_a_plain_add() -> None:
+    """Seed 3439: bookie ``r``'s limbo repair writes recovery adds to bookie ``b``. Both are
+    bookies, so ``b``'s answer reaching ``r`` once looked like a plain add reaching a bookie, and
+    ``b``'s answer to the request's duplicate like its acknowledgement. Who opened the connection
+    says which frames are requests."""
+    watch, found = fenced_watch()
+    watch.serving("r")  # r had fenced the ledger too, before it lost its data
+    watch.sent("recoverer", "r", 5, codec.encode_read(8, LEDGER, 0, KEY, FLAG_FENCE))
+    watch.sent("r", "recoverer", 5, codec.encode_read_response(8, Status.OK, LEDGER, 0, b"entry"))
+    watch.sent("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))  # r opens connection 43
+    watch.arrived("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))
+    answer = codec.encode_add_batch_all_ok(11, LEDGER, 3)
+    watch.sent("b", "r", 43, answer)
+    watch.arrived("b", "r", 43, answer)
+    watch.arrived("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))
+    watch.sent("b", "r", 43, answer)
+    assert found == []
+
+
+def test_a_plain_add_from_another_bookies_process_after_the_fence_is_reported() -> None:
+    watch, found = fenced_watch()
+    watch.serving("r")
+    watch.sent("r", "b", 44, add_batch(12, 0))
+    watch.arrived("r", "b", 44, add_batch(12, 0))
+    watch.sent("b", "r", 44, codec.encode_add_batch_all_ok(12, LEDGER, 3))
+    assert found and "acknowledged an add of ledger 1" in found[0]

@@ -128,17 +128,32 @@ class FenceWatch:
         #: (bookie, ledger id) -> how many times the bookie started since it fenced the ledger
         self.fenced: dict[tuple[str, int], int] = {}
         self.starts: dict[str, int] = {}
+        #: connection -> the node that opened it (its first frame is a request of that node's)
+        self._client: dict[int, str] = {}
+
+    def _is_request(self, src: str, dst: str, conn: int) -> bool | None:
+        """Whether a frame from ``src`` on ``conn`` is a request (else an answer), or None when it
+        cannot be told: a connection of a bookie's own process to itself (its limbo repair), whose
+        requests and answers both go from that name to that name (seed 1053); its adds are
+        recovery adds anyway. A bookie's repair client talks to other bookies too, so a frame's
+        direction is told by who opened the connection, not by whether its sender is a bookie (an
+        answer to the repair's recovery add, reaching the repairing bookie, was taken for a plain
+        add reaching it, seed 3439)."""
+        if src == dst:
+            return None
+        return self._client.setdefault(conn, src) == src
 
     def sent(self, src: str, dst: str, conn: int, frame: bytes) -> None:
-        """``src`` sends ``frame`` on connection ``conn`` (after any hold: it leaves now). A
-        connection of a bookie's own process to itself (its limbo repair) is not watched: its
-        requests and answers go both ways between one name, so one cannot be told from the other
-        (an answer was taken for a plain add arriving, seed 1053), and its adds are recovery adds."""
-        if len(frame) < codec.HEADER_SIZE or src == dst:
+        """``src`` sends ``frame`` on connection ``conn`` (after any hold: it leaves now)."""
+        if len(frame) < codec.HEADER_SIZE:
+            return
+        request = self._is_request(src, dst, conn)
+        if request is None:
             return
         _, op, flags, rid = codec.HEADER.unpack_from(frame)
-        if op in (Op.READ, Op.READ_LAC) and flags & FLAG_FENCE and src not in self.starts:
-            self._fencing[(conn, rid)] = _ledger_of(frame)
+        if request:
+            if op in (Op.READ, Op.READ_LAC) and flags & FLAG_FENCE:
+                self._fencing[(conn, rid)] = _ledger_of(frame)
             return
         if src not in self.starts:
             return
@@ -160,9 +175,9 @@ class FenceWatch:
                            f"ledger ({restarts} restarts since)", FENCE_IS_DURABLE)
 
     def arrived(self, src: str, dst: str, conn: int, frame: bytes) -> None:
-        """``frame`` from ``src`` reaches ``dst`` on connection ``conn`` (not watched when they
-        are one process: see :meth:`sent`)."""
-        if len(frame) < codec.HEADER_SIZE or dst not in self.starts or src == dst:
+        """``frame`` from ``src`` reaches ``dst`` on connection ``conn``: a request (see
+        :meth:`_is_request`) counts when it is a plain add reaching a bookie."""
+        if len(frame) < codec.HEADER_SIZE or dst not in self.starts or not self._is_request(src, dst, conn):
             return
         _, op, flags, rid = codec.HEADER.unpack_from(frame)
         if op not in (Op.ADD, Op.ADD_BATCH) or flags & FLAG_RECOVERY_ADD or (conn, rid) in self._adds:
