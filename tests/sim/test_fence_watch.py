@@ -29,6 +29,17 @@ def add_batch(rid: int, flags: int) -> bytes:
     return codec.AddBatchRequest.frame(rid, LEDGER, KEY, [(e, b"x") for e in range(3)], flags)
 
 
+def repair_with_a_duplicate(watch: FenceWatch, repairer: str, conn: int, rid: int) -> None:
+    """A repair's recovery add to bookie ``b`` on ``conn``: it arrives, its answer goes back and
+    arrives, the request arrives again (a duplicate) and is answered again."""
+    request, answer = add_batch(rid, FLAG_RECOVERY_ADD), codec.encode_add_batch_all_ok(rid, LEDGER, 3)
+    watch.arrived(repairer, "b", conn, request)
+    watch.sent("b", repairer, conn, answer)
+    watch.arrived("b", repairer, conn, answer)
+    watch.arrived(repairer, "b", conn, request)
+    watch.sent("b", repairer, conn, answer)
+
+
 def test_a_plain_add_acknowledged_after_the_fence_is_reported() -> None:
     watch, found = fenced_watch()
     watch.arrived("writer", "b", 2, add_batch(40, 0))
@@ -48,12 +59,7 @@ def test_the_repair_of_a_bookie_on_its_own_connection_is_not_taken_for_a_plain_a
     answer arrives back (looking like a plain add of the ledger: status 0 in the flags' place),
     the request arrives again (a duplicate) and is answered."""
     watch, found = fenced_watch()
-    watch.arrived("b", "b", 17, add_batch(40, FLAG_RECOVERY_ADD))
-    answer = codec.encode_add_batch_all_ok(40, LEDGER, 3)
-    watch.sent("b", "b", 17, answer)
-    watch.arrived("b", "b", 17, answer)
-    watch.arrived("b", "b", 17, add_batch(40, FLAG_RECOVERY_ADD))
-    watch.sent("b", "b", 17, answer)
+    repair_with_a_duplicate(watch, "b", 17, 40)
     assert found == []
 
 
@@ -67,12 +73,7 @@ def test_the_repair_of_another_bookie_is_not_taken_for_a_plain_add() -> None:
     watch.sent("recoverer", "r", 5, codec.encode_read(8, LEDGER, 0, KEY, FLAG_FENCE))
     watch.sent("r", "recoverer", 5, codec.encode_read_response(8, Status.OK, LEDGER, 0, b"entry"))
     watch.sent("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))  # r opens connection 43
-    watch.arrived("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))
-    answer = codec.encode_add_batch_all_ok(11, LEDGER, 3)
-    watch.sent("b", "r", 43, answer)
-    watch.arrived("b", "r", 43, answer)
-    watch.arrived("r", "b", 43, add_batch(11, FLAG_RECOVERY_ADD))
-    watch.sent("b", "r", 43, answer)
+    repair_with_a_duplicate(watch, "r", 43, 11)
     assert found == []
 
 
