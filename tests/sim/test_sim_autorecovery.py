@@ -96,6 +96,51 @@ def test_a_bookie_gone_longer_than_the_delay_gets_its_ledgers_re_replicated() ->
     assert md is not None and len(set(md.ensembles[0][1])) == 3
 
 
+def test_a_replacement_restarted_on_an_older_copy_between_its_copy_and_the_swap_gets_the_copy_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 3558 of the 10,000-seed run, directed. A worker copies a lost bookie's share to a
+    replacement; before the worker's swap names it, the replacement checkpoints (the copy is in
+    its ledger directory, the journal's mark past it), crashes and comes back on a ledger
+    directory restored from a copy taken before the copy. It finds it lost data and lists the
+    ledgers that name it, which this one does not yet: nothing puts it in limbo. The swap then
+    named a bookie holding none of its share. The worker now asks the replacement's process
+    instance before the copy and after the swap, and copies again to a new instance."""
+    restored: list[str] = []
+    swap = worker_module.ReplicationWorker._swap
+
+    async def scenario(world: World) -> tuple[LedgerMetadata | None, dict[str, dict[int, set[int]]]]:
+        run = _Run(world)
+        recovery = AutoRecovery(run, AutoRecoveryConfig(lost_bookie_recovery_delay_s=2.0,
+                                                        replicas_check_interval_s=0.0))
+        await world.start_bookies()
+        await recovery.start()
+        older = {b.name: b.files.engine_snapshot() for b in world.bookies}
+        lh = await closed_ledger(world, 20)
+        await asyncio.sleep(2.0)
+
+        async def restore_then_swap(self: worker_module.ReplicationWorker, ledger_id: int, first: int, index: int,
+                                    old: str, new: str) -> LedgerMetadata | None:
+            if not restored:
+                node = next(b for b in world.bookies if b.bookie_id == new)
+                assert node.bookie is not None
+                node.bookie.checkpoint()
+                node.crash()
+                node.files.restore_engine(older[node.name])
+                await node.start()
+                restored.append(node.bookie_id)
+            return await swap(self, ledger_id, first, index, old, new)
+
+        monkeypatch.setattr(worker_module.ReplicationWorker, "_swap", restore_then_swap)
+        recovery.wipe(world.bookie(lh.metadata.ensembles[0][1][0].split(":")[0]), restart_after=120.0)
+        await recovery.settle()
+        return recovery.current(lh.ledger_id), {b.bookie_id: b.stored([lh.ledger_id]) for b in world.bookies}
+
+    md, stored = in_world(1, 4, scenario)
+    assert restored and md is not None
+    assert restored[0] in md.ensembles[0][1], md.ensembles
+    assert all(stored[b].get(md.ledger_id) == set(range(20)) for b in md.ensembles[0][1]), stored
+
+
 #: with the open-ledger swap put back, the first seed (30 simulated seconds) that catches it is 23
 #: (9 before the tailing reader and the directed faults joined the schedules)
 SWAP_BUG_SEEDS = (23,)

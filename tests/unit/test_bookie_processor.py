@@ -169,6 +169,19 @@ def test_a_malformed_frame_is_answered_bad_request_and_the_next_frame_is_served(
     run(tmp_path, scenario)
 
 
+def test_bookie_info_tells_the_process_instance_only_when_asked(tmp_path: Path) -> None:
+    async def scenario(rig: Rig) -> None:
+        rig.processor.reads.state.instance = 0x5EED
+        conn = Conn()
+        rig.send(conn, codec.encode_bookie_info(1), codec.encode_bookie_info(2, codec.FLAG_INSTANCE))
+        plain, told = await conn.answers(2)
+        assert (plain.request_id, plain.instance) == (1, 0)
+        assert (told.request_id, told.instance) == (2, 0x5EED)
+        assert len(codec.encode_response(plain)) == codec.HEADER_SIZE + 25  # the format before instances
+
+    run(tmp_path, scenario)
+
+
 # --- adds ----------------------------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ requests = st.one_of(
     st.builds(codec.ReadRequest, u64, lid, eid, key, st.sampled_from([0, codec.FLAG_FENCE])),
     st.builds(codec.ReadLacRequest, u64, lid, key, st.sampled_from([0, codec.FLAG_FENCE])),
     st.builds(codec.LongPollLacRequest, u64, lid, st.integers(-1, 2**63 - 1), st.integers(0, 2**32 - 1)),
-    st.builds(codec.BookieInfoRequest, u64),
+    st.builds(codec.BookieInfoRequest, u64, st.sampled_from([0, codec.FLAG_INSTANCE])),
     st.builds(codec.AddBatchRequest, u64, lid, key,
               st.lists(st.tuples(eid, st.binary(max_size=300)), max_size=20).map(tuple),
               st.sampled_from([0, codec.FLAG_RECOVERY_ADD])).map(
@@ -42,7 +42,7 @@ responses = st.one_of(
     st.builds(codec.ReadResponse, u64, statuses, u64, i64, st.binary(max_size=500)),
     st.builds(codec.ReadLacResponse, u64, statuses, u64, i64, i64),
     st.builds(codec.LongPollLacResponse, u64, statuses, u64, i64, i64),
-    st.builds(codec.BookieInfoResponse, u64, statuses, u64, u64, u64, st.booleans()),
+    st.builds(codec.BookieInfoResponse, u64, statuses, u64, u64, u64, st.booleans(), st.one_of(st.just(0), u64)),
     st.builds(lambda r, s, lid, items: codec.AddBatchResponse(r, s, lid, items, len(items)), u64,
               statuses, u64, st.lists(st.tuples(u64, statuses.map(int)), max_size=30).map(tuple)),
     st.builds(lambda r, lid, n: codec.AddBatchResponse(r, Status.OK, lid, count=n, all_ok=True), u64, u64,
@@ -244,6 +244,10 @@ GOLDEN = [
      "0104000000000000000000180000000000000019000000000000001a000000000000001b"),
     (codec.BookieInfoResponse(28, Status.OK, 1000, 2000, 3, True),
      "01050000000000000000001c00000000000003e800000000000007d0000000000000000301"),
+    # the process instance, told only when asked (FLAG_INSTANCE): the answers above are unchanged
+    (codec.BookieInfoRequest(36, codec.FLAG_INSTANCE), "010500010000000000000024"),
+    (codec.BookieInfoResponse(37, Status.OK, 1000, 2000, 3, False, 0x0102030405060708),
+     "01050000000000000000002500000000000003e800000000000007d00000000000000003000102030405060708"),
     (codec.AddBatchResponse(29, Status.OK, 30, ((0, 0), (1, Status.FENCED)), 2),
      "01060000000000000000001d000000000000001e000000020000000000000000000000000000000000010068"),
     (codec.AddBatchResponse(31, Status.OK, 32, count=50, all_ok=True),

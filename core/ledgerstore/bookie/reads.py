@@ -268,10 +268,11 @@ class Reads:
     # --- bookie facts --------------------------------------------------------------------------------
 
     def handle_bookie_info(self, conn: ServerConnection, req: codec.BookieInfoRequest) -> None:
-        """Free and total disk, ledgers held, read-only or not."""
+        """Free and total disk, ledgers held, read-only or not, and the process's instance."""
         total, _, free = self.ledgers.disk_usage()
         conn.send(codec.encode_bookie_info_response(
-            req.request_id, Status.OK, free, total, len(self.descriptors.master_keys), self.state.read_only))
+            req.request_id, Status.OK, free, total, len(self.descriptors.master_keys), self.state.read_only,
+            self.state.instance if req.flags & codec.FLAG_INSTANCE else 0))
 
     def handle_list_ledgers(self, conn: ServerConnection, req: codec.ListLedgersRequest) -> None:
         """The ledgers held from ``req.first_ledger_id`` on, with the last entry of each (the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
 import threading
 import time
@@ -267,6 +268,7 @@ class Bookie:
             await store.close()
             raise
 
+        self.state.instance = secrets.randbits(63) + 1  # never 0, which means "not told"
         self._engine_open = True  # closed by stop() even if open() fails half-way, as before
         await asyncio.to_thread(self.engine.open)
         self.parts = parts = ServingParts.build(self.processor, self.engine, store, self.journal_dir, self._loop,

@@ -25,6 +25,9 @@ class BookieState:
         self.forced_read_only = False
         #: set while the bookie's registration stands (cleared when the metadata session is lost)
         self.registered = asyncio.Event()
+        #: drawn anew at each start (BOOKIE_INFO tells it): a client that sees the same number
+        #: before and after some writes knows one process took them all, none lost to a restart
+        self.instance = 0
 
     def update(self, used_fraction: float, lost: str | None) -> bool:
         """Turn read-only when forced, when the bookie lost its data, or when its disks pass the

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ledgerstore.client.channel import ChannelPool, ResponseCallback
-from ledgerstore.errors import LedgerStoreError, ProtocolError, error_for_status
+from ledgerstore.errors import BadRequestError, LedgerStoreError, ProtocolError, error_for_status
 from ledgerstore.proto import codec
 from ledgerstore.proto.codec import FLAG_FENCE, FLAG_RECOVERY_ADD, Status
 
@@ -85,6 +85,17 @@ class BookieClient:
         resp = await self._call(bookie_id, lambda rid: codec.encode_list_ledgers(rid, first, most), timeout,
                                 f"a listing of ledgers from {first}", codec.ListLedgersResponse)
         return list(resp.items)
+
+    async def bookie_info(self, bookie_id: str, timeout: float) -> codec.BookieInfoResponse:
+        """The bookie's disk space, ledger count, mode and process instance (BOOKIE_INFO with
+        ``FLAG_INSTANCE``; an older bookie, which refuses the flag, is asked again without it and
+        its answer's instance is 0)."""
+        try:
+            return await self._call(bookie_id, lambda rid: codec.encode_bookie_info(rid, codec.FLAG_INSTANCE),
+                                    timeout, "a bookie-info request", codec.BookieInfoResponse)
+        except BadRequestError:
+            return await self._call(bookie_id, codec.encode_bookie_info, timeout, "a bookie-info request",
+                                    codec.BookieInfoResponse)
 
     async def recovery_add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, data: bytes,
                            timeout: float) -> None:

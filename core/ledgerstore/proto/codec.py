@@ -75,6 +75,8 @@ class Status(enum.IntEnum):
 FLAG_RECOVERY_ADD = 0x1
 #: READ / READ_LAC flag: fence the ledger (the request must carry the master key).
 FLAG_FENCE = 0x1
+#: BOOKIE_INFO flag: the answer ends with the bookie process's instance (a u64 drawn at its start)
+FLAG_INSTANCE = 0x1
 
 _ADD = struct.Struct(">QQH")  # ledger, entry, master key length; then key, then entry bytes
 _READ = struct.Struct(">QqH")  # ledger, entry, master key length; then key
@@ -84,6 +86,7 @@ _R_ADD = struct.Struct(">QQ")
 _R_READ = struct.Struct(">Qq")  # then entry bytes when OK
 _R_LAC = struct.Struct(">Qqq")  # ledger, lac, last entry stored
 _R_INFO = struct.Struct(">QQQB")  # free bytes, total bytes, ledgers, read-only
+_R_INFO_INSTANCE = struct.Struct(">Q")  # then the process instance (absent from older bookies' answers)
 
 _ADD_BATCH = struct.Struct(">QHI")  # ledger, key length, count; then key, then count x (u64 entry, u32 length, bytes)
 _BATCH_ITEM = struct.Struct(">QI")
@@ -103,6 +106,7 @@ MAX_MASTER_KEY = 256
 #: flag bits each opcode defines; a request with any other bit set is refused
 _ADD_FLAGS = FLAG_RECOVERY_ADD
 _READ_FLAGS = FLAG_FENCE
+_INFO_FLAGS = FLAG_INSTANCE
 
 _STATUS_VALUES = frozenset(int(s) for s in Status)
 
@@ -343,20 +347,22 @@ class BookieInfoRequest(Request):
     """BOOKIE_INFO: the bookie's free and total space, ledger count and mode."""
 
     op = Op.BOOKIE_INFO
+    #: ``FLAG_INSTANCE``: the answer tells the bookie process's instance too
+    flags: int = 0
 
     @staticmethod
-    def frame(request_id: int) -> bytes:
+    def frame(request_id: int, flags: int = 0) -> bytes:
         """The frame of a bookie-info request."""
-        return HEADER.pack(PROTOCOL_VERSION, Op.BOOKIE_INFO, 0, request_id)
+        return HEADER.pack(PROTOCOL_VERSION, Op.BOOKIE_INFO, flags, request_id)
 
     @classmethod
     def decode(cls, frame: bytes, request_id: int, flags: int) -> Self:
         h = HEADER_SIZE
         if len(frame) != h:
             raise ProtocolError(f"bookie-info request must be {h} bytes, got {len(frame)}")
-        if flags:
+        if flags & ~_INFO_FLAGS:
             raise _out_of_range("bookie-info flags", flags)
-        return cls(request_id)
+        return cls(request_id, flags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -659,18 +665,31 @@ class BookieInfoResponse(Response):
     total_bytes: int = 0
     ledgers: int = 0
     read_only: bool = False
+    #: a number the bookie process drew at its start, different at each start (0: not told, an
+    #: older bookie): two answers with the same instance come from one process, which therefore
+    #: kept everything it acknowledged between them
+    instance: int = 0
 
     @staticmethod
     def frame(request_id: int, status: int, free_bytes: int, total_bytes: int, ledgers: int,
-              read_only: bool) -> bytes:
-        """The frame of a bookie-info answer, from its fields."""
-        return HEADER.pack(PROTOCOL_VERSION, Op.BOOKIE_INFO, status, request_id) + _R_INFO.pack(
-            free_bytes, total_bytes, ledgers, 1 if read_only else 0)
+              read_only: bool, instance: int = 0) -> bytes:
+        """The frame of a bookie-info answer, from its fields (the instance only when not 0:
+        it is given to a request with ``FLAG_INSTANCE``, and other answers keep their format)."""
+        return (HEADER.pack(PROTOCOL_VERSION, Op.BOOKIE_INFO, status, request_id)
+                + _R_INFO.pack(free_bytes, total_bytes, ledgers, 1 if read_only else 0)
+                + (_R_INFO_INSTANCE.pack(instance) if instance else b""))
 
     @classmethod
     def decode(cls, frame: bytes, request_id: int, status: int) -> Self:
-        free, total, ledgers, ro = _exact(frame, _R_INFO, "bookie-info response")
-        return cls(request_id, status, free, total, ledgers, bool(ro))
+        if len(frame) == HEADER_SIZE + _R_INFO.size:  # not asked for, or an older bookie: no instance
+            free, total, ledgers, ro = _exact(frame, _R_INFO, "bookie-info response")
+            return cls(request_id, status, free, total, ledgers, bool(ro))
+        if len(frame) != HEADER_SIZE + _R_INFO.size + _R_INFO_INSTANCE.size:
+            raise ProtocolError(f"bookie-info response must be {HEADER_SIZE + _R_INFO.size} or "
+                                f"{HEADER_SIZE + _R_INFO.size + _R_INFO_INSTANCE.size} bytes, got {len(frame)}")
+        free, total, ledgers, ro = _R_INFO.unpack_from(frame, HEADER_SIZE)
+        (instance,) = _R_INFO_INSTANCE.unpack_from(frame, HEADER_SIZE + _R_INFO.size)
+        return cls(request_id, status, free, total, ledgers, bool(ro), instance)
 
 
 @dataclass(frozen=True, slots=True)

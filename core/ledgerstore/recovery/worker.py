@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: batches of one fragment in flight at once (each of ``rereplication_entry_batch_size`` entries)
 COPY_BATCHES = 4
+#: requests that try to reach a replacement after its swap before it is replaced in turn
+CONFIRM_ATTEMPTS = 8
 
 
 class Throttle:
@@ -341,15 +343,63 @@ class ReplicationWorker:
         for _ in range(3):
             target = await self._choose(md, ensemble, index, exclude)
             try:
+                before = await self._instance(target)
                 await self.copy(md, password, first, last, ensemble, index, target, missing)
             except _TargetFailed as exc:
                 log.warning("ledger %d: replacement %s failed (%s); choosing another", md.ledger_id, target, exc)
                 exclude.add(target)
                 continue
-            await self._swap(md.ledger_id, first, index, ensemble[index], target)
+            swapped = await self._swap(md.ledger_id, first, index, ensemble[index], target)
+            if swapped is not None and not await self._kept(md, password, first, last, ensemble, index, target,
+                                                            missing, before):
+                # unreachable since the swap: its share is copied from the other replicas to
+                # another bookie, which takes its place
+                named = list(ensemble)
+                named[index] = target
+                log.warning("ledger %d: replacement %s cannot be confirmed to hold its copy; replacing it",
+                            md.ledger_id, target)
+                return await self._replace(md, password, first, last, named, index, missing | {target})
             self.stats["fragments"] += 1
             return target
         raise ReplicationError(f"ledger {md.ledger_id}: every replacement tried for {ensemble[index]} failed")
+
+    async def _instance(self, bookie_id: str) -> int:
+        """The process instance of ``bookie_id`` (BOOKIE_INFO); _TargetFailed when it does not answer."""
+        try:
+            info = await self.client.bookie_client.bookie_info(bookie_id, self.client.config.read_timeout_s)
+        except LedgerStoreError as exc:
+            raise _TargetFailed(f"{bookie_id}: {exc}") from exc
+        return info.instance
+
+    async def _kept(self, md: LedgerMetadata, password: bytes, first: int, last: int, ensemble: list[str],
+                    index: int, target: str, missing: set[str], before: int) -> bool:
+        """Whether ``target``, now named in the fragment, still holds the copy made to it.
+
+        A bookie that restarts after losing data lists the ledgers that name it, and puts them in
+        limbo, before it serves. One that restarted between the copy and the swap listed the
+        ledgers before this one named it, so nothing tells it that it lacks this copy. The same
+        process instance answering before the copy and after the swap proves no restart came in
+        between; another instance gets the copy again (the metadata names it now, so any later
+        restart finds the ledger). False when ``target`` stays unreachable."""
+        for attempt in range(CONFIRM_ATTEMPTS):
+            try:
+                now = await self._instance(target)
+            except _TargetFailed as exc:
+                log.info("ledger %d: confirming %s's copy: %s", md.ledger_id, target, exc)
+                await asyncio.sleep(min(2.0 ** attempt * 0.1, 5.0))
+                continue
+            if now == before and now != 0:
+                return True
+            if before == 0 == now:  # an older bookie, which does not tell its instance
+                return True
+            log.warning("ledger %d: %s restarted while it was given a copy of entries %d..%d; copying again",
+                        md.ledger_id, target, first, last)
+            before = now
+            try:
+                await self.copy(md, password, first, last, ensemble, index, target, missing)
+            except _TargetFailed as exc:
+                log.info("ledger %d: copying to %s again: %s", md.ledger_id, target, exc)
+        return False
 
     async def _swap(self, ledger_id: int, first: int, index: int, old: str, new: str) -> LedgerMetadata | None:
         """Put ``new`` in place of ``old`` in the closed fragment starting at ``first`` by CAS.
