@@ -75,6 +75,8 @@ class RemoteSession:
         self._writer: asyncio.StreamWriter | None = None
         #: the connection said hello and re-created the watches: requests may go out
         self._ready = False
+        #: set while ``_ready``: a request made while a connection is saying hello waits for it
+        self._ready_event = asyncio.Event()
         self._reader_task: asyncio.Task[None] | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._reconnector: asyncio.Task[None] | None = None
@@ -122,6 +124,12 @@ class RemoteSession:
         """Send one request and return its ``result``; errors come back as the store's errors."""
         if self._closed:
             raise MetadataError(f"sqlite metadata store (server {self.address}) is closed; cannot {op}")
+        if self._writer is not None and not self._ready:
+            # connected, still saying hello and re-creating the watches (whose catch-up
+            # notifications may already have been delivered): the request waits for it
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.request_timeout):
+                    await self._ready_event.wait()
         if self._writer is None or not self._ready:
             raise MetadataError(
                 f"the sqlite metadata server at {self.address} is unreachable (reconnecting); "
@@ -186,6 +194,7 @@ class RemoteSession:
         reader, writer = await self.endpoint.open()
         self._writer = writer
         self._ready = False
+        self._ready_event.clear()
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
         try:
             hello = await self._request("hello", {"session": self.session, "ttl": self.ttl})
@@ -197,10 +206,12 @@ class RemoteSession:
             raise
         self.session = int(hello["session"])
         self._ready = True
+        self._ready_event.set()
         return bool(hello["resumed"])
 
     def _disconnect(self) -> None:
         self._ready = False
+        self._ready_event.clear()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()

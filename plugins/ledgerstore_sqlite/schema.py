@@ -24,11 +24,15 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ledgerstore.errors import MetadataError
 
 SCHEMA_VERSION = 1
+
+#: what one write of a group commit gave: ``(True, its result)`` or ``(False, its exception)``
+Outcome = tuple[bool, Any]
 
 #: change rows younger than this many seconds are kept (a watcher stalled longer may miss events)
 CHANGE_RETENTION_SECONDS = 300.0
@@ -75,6 +79,9 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     reads, so two processes never both read the old version and then race to write: the loser
     of a deferred transaction would get SQLITE_BUSY_SNAPSHOT at once, without any retry.
     """
+    if conn.in_transaction:  # one write of a group commit: the group's transaction and savepoint
+        yield conn
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
@@ -83,6 +90,43 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def run_group(conn: sqlite3.Connection, writes: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Outcome]:
+    """Run ``writes`` (functions that each make one :func:`immediate` transaction) in one
+    transaction, so they share one commit and its fsync: a group commit. Each runs inside its own
+    savepoint, so one that raises (a failed compare-and-set) is undone alone and the others stay.
+    An sqlite error (a full disk, a lock held past the busy timeout) undoes the whole group, and
+    each write is then run alone, as it would have been without the group. Returns each write's
+    ``(True, result)`` or ``(False, exception)``, in order."""
+    if len(writes) > 1:
+        out: list[Outcome] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for fn, args in writes:
+                conn.execute("SAVEPOINT one_write")
+                try:
+                    result = fn(*args)
+                except sqlite3.Error:
+                    raise
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO one_write")
+                    out.append((False, exc))
+                else:
+                    out.append((True, result))
+                conn.execute("RELEASE one_write")
+            conn.execute("COMMIT")
+            return out
+        except sqlite3.Error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+    alone: list[Outcome] = []
+    for fn, args in writes:
+        try:
+            alone.append((True, fn(*args)))
+        except Exception as exc:
+            alone.append((False, exc))
+    return alone
 
 
 def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:

@@ -281,9 +281,26 @@ class _Connection:
             await queue.put(_Queued(None))
 
     async def _answer(self, queue: asyncio.Queue[_Queued]) -> None:
-        """Answer what :meth:`_read` queued, in order, until the connection ends."""
+        """Answer what :meth:`_read` queued, in order, until the connection ends. Plain puts and
+        deletes queued one after another are handled together, so they share the store's group
+        commit; a request of any other kind waits for the writes before it, as it always did."""
+        ahead: _Queued | None = None
         while True:
-            item = await queue.get()
+            item, ahead = (ahead, None) if ahead is not None else (await queue.get(), None)
+            if _groupable(item):
+                writes = [item]
+                while not queue.empty() and len(writes) < _MAX_QUEUED:
+                    nxt = queue.get_nowait()
+                    if not _groupable(nxt):
+                        ahead = nxt
+                        break
+                    writes.append(nxt)
+                if len(writes) > 1:
+                    # each answers when its write is done (the client matches answers by id)
+                    await asyncio.gather(*(self.handle(w.message) for w in writes if w.message is not None))
+                    self.heard()
+                    await self.writer.drain()
+                    continue
             if item.error is not None:
                 self.send({"id": None, "error": "protocol", "message": item.error})
                 if item.fatal:
@@ -402,6 +419,11 @@ class _Connection:
         if session is not None:
             self.leases.end(session)
             await self.engine.end_session(session)
+
+
+def _groupable(item: _Queued) -> bool:
+    """A plain put or delete: writes that can share a group commit with the ones next to them."""
+    return item.error is None and item.message is not None and item.message.get("op") in ("put", "delete")
 
 
 @dataclasses.dataclass(frozen=True)

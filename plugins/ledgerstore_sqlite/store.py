@@ -248,6 +248,9 @@ class SqliteMetadataStore(MetadataStore):
         self._last_seen = 0
         self._poller: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        #: writes waiting for the running group commit to end (read and written on the loop)
+        self._queued: list[tuple[str, Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._group_running = False
         #: a metadata server's engine: its clients' sessions, alive in memory (the heartbeat
         #: copies them into the sessions table before it reaps)
         self.leases: SessionLeases | None = None
@@ -353,7 +356,7 @@ class SqliteMetadataStore(MetadataStore):
             return int(await self._remote.call(
                 "put", key=key, value=protocol.encode_value(bytes(value)), expected=expected_version
             ))
-        rev, _ = await self._call(f"put {key}", self._sync_put, key, bytes(value), expected_version, False)
+        rev, _ = await self._write(f"put {key}", self._sync_put, key, bytes(value), expected_version, False)
         return rev
 
     async def put_ephemeral(self, key: str, value: bytes) -> int:
@@ -377,7 +380,7 @@ class SqliteMetadataStore(MetadataStore):
         if self._remote is not None:
             await self._remote.call("delete", key=key, expected=expected_version)
             return
-        await self._call(f"delete {key}", self._sync_delete, key, expected_version)
+        await self._write(f"delete {key}", self._sync_delete, key, expected_version)
 
     async def delete_recursive(self, key: str) -> None:
         """Delete ``key`` and every key below it in one transaction."""
@@ -509,6 +512,59 @@ class SqliteMetadataStore(MetadataStore):
             return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
         except sqlite3.Error as exc:
             raise MetadataError(f"sqlite metadata store {self.path}: {what} failed: {exc}") from exc
+
+    async def _write(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run the write ``fn(*args)`` (one :func:`immediate` transaction) on the worker thread,
+        in one transaction with the writes queued while the previous group ran: concurrent
+        writers share a commit and its fsync (a group commit), each keeping its own outcome.
+        Writes that touch the session (ephemeral keys) go through :meth:`_call` alone."""
+        if self._closed or self._executor is None:
+            return await self._call(what, fn, *args)
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queued.append((what, fn, args, fut))
+        if not self._group_running:
+            self._run_group()
+        return await fut
+
+    def _run_group(self) -> None:
+        group, self._queued = self._queued, []
+        executor = self._executor
+        if executor is None:
+            for what, _, _, fut in group:
+                if not fut.done():
+                    fut.set_exception(MetadataError(f"sqlite metadata store {self.path} is closed; cannot {what}"))
+            return
+        self._group_running = True
+        done = asyncio.get_running_loop().run_in_executor(
+            executor, self._sync_group, [(fn, args) for _, fn, args, _ in group])
+        done.add_done_callback(lambda f: self._group_done(group, f))
+
+    def _sync_group(self, writes: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[schema.Outcome]:
+        return schema.run_group(self._db(), writes)
+
+    def _group_done(self, group: list[tuple[str, Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]],
+                    done: asyncio.Future[list[schema.Outcome]]) -> None:
+        self._group_running = False
+        if done.cancelled():
+            outcomes: list[schema.Outcome] = [(False, MetadataError(f"sqlite metadata store {self.path} closed"))]
+            outcomes *= len(group)
+        elif (exc := done.exception()) is not None:
+            outcomes = [(False, exc)] * len(group)
+        else:
+            outcomes = done.result()
+        for (what, _, _, fut), (ok, value) in zip(group, outcomes, strict=True):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            elif isinstance(value, sqlite3.Error):
+                err = MetadataError(f"sqlite metadata store {self.path}: {what} failed: {value}")
+                err.__cause__ = value
+                fut.set_exception(err)
+            else:
+                fut.set_exception(value)
+        if self._queued:
+            self._run_group()
 
     def _db(self) -> sqlite3.Connection:
         conn = self._conn

@@ -426,3 +426,35 @@ def test_kill_9_of_the_standalone_leaves_no_metadata_server(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_pipelined_writes_share_the_servers_commits_and_a_read_after_them_sees_them(server: Server) -> None:
+    """A client's puts and deletes sent back to back are handled together by the server (one
+    group commit), each answered with its own outcome: a failed compare-and-set fails alone. A
+    read sent after them on the same connection is answered after them, and sees them all."""
+    from ledgerstore.api import NOT_EXISTS
+    from ledgerstore.errors import BadVersionError, KeyExistsError
+
+    async def main() -> None:
+        store = SqliteMetadataStore(f"sqlite://{server.db}", server="require")
+        await store.start()
+        try:
+            await store.put("/p/taken", b"first")
+            await store.put("/p/gone", b"x")
+            results = await asyncio.gather(
+                *(store.put(f"/p/k{i}", b"%d" % i) for i in range(200)),
+                store.put("/p/taken", b"second", NOT_EXISTS),
+                store.delete("/p/gone"),
+                store.children("/p"),
+                return_exceptions=True)
+            assert all(isinstance(r, int) for r in results[:200]) and len(set(results[:200])) == 200
+            assert isinstance(results[200], KeyExistsError)
+            assert results[201] is None
+            assert results[202] == sorted([f"k{i}" for i in range(200)] + ["taken"])
+            with pytest.raises(BadVersionError):
+                await store.put("/p/k0", b"stale", 1)
+            assert (await store.get("/p/taken")).value == b"first"  # type: ignore[union-attr]
+        finally:
+            await store.close()
+
+    asyncio.run(main())

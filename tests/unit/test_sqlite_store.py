@@ -471,3 +471,67 @@ def test_the_server_socket_path_fits_a_unix_socket_address(tmp_path: Path) -> No
     Path(short + ".lock").write_text(short + ".sock\n")
     Path(short + ".sock").write_text("")
     assert live_socket(short) is None
+
+
+def test_concurrent_writes_share_a_commit_and_each_keeps_its_outcome(uri: str) -> None:
+    """Puts and deletes in flight together go to the database as one transaction (a group
+    commit: one COMMIT, one fsync), each write in its own savepoint: a failed compare-and-set
+    and a create of an existing key fail alone, with their own errors, and every other write
+    is stored with its own revision."""
+    from ledgerstore.api import NOT_EXISTS
+    from ledgerstore.errors import BadVersionError, KeyExistsError
+
+    async def main() -> tuple[list[object], list[str], dict[str, bytes | None]]:
+        s = SqliteMetadataStore(uri)
+        await s.start()
+        try:
+            await s.put("/g/taken", b"first")
+            await s.put("/g/gone", b"x")
+            statements: list[str] = []
+            assert s._conn is not None
+            s._conn.set_trace_callback(statements.append)
+            results = await asyncio.gather(
+                *(s.put(f"/g/k{i}", b"%d" % i) for i in range(40)),
+                s.put("/g/taken", b"second", NOT_EXISTS),
+                s.put("/g/k0", b"stale", 1),
+                s.delete("/g/gone"),
+                return_exceptions=True)
+            s._conn.set_trace_callback(None)
+            stored = {k: (None if (v := await s.get(k)) is None else v.value)
+                      for k in ("/g/taken", "/g/k0", "/g/k39", "/g/gone")}
+            return results, statements, stored
+        finally:
+            await s.close()
+
+    results, statements, stored = run(main())
+    revisions = results[:40]
+    assert all(isinstance(r, int) for r in revisions) and len(set(revisions)) == 40
+    assert isinstance(results[40], KeyExistsError) and isinstance(results[41], BadVersionError)
+    assert results[42] is None
+    assert stored == {"/g/taken": b"first", "/g/k0": b"0", "/g/k39": b"39", "/g/gone": None}
+    commits = [st for st in statements if st.strip().upper() == "COMMIT"]
+    assert 1 <= len(commits) <= 3, commits  # the first write alone, then the rest together
+    assert sum(st.startswith("ROLLBACK TO") for st in statements) == 2
+
+
+def test_a_group_commit_that_meets_an_sqlite_error_runs_each_write_alone(tmp_path: Path) -> None:
+    """An sqlite error inside a group (a full disk, a lock held too long) undoes the whole group;
+    each write then runs alone, so the ones that can succeed do, and only the failing one
+    reports the error."""
+    conn = sqlite_schema.connect(str(tmp_path / "g.db"), 5.0, "FULL")
+    conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
+
+    def insert(k: str) -> str:
+        with sqlite_schema.immediate(conn) as c:
+            c.execute("INSERT INTO t VALUES (?)", (k,))
+        return k
+
+    def broken() -> None:
+        with sqlite_schema.immediate(conn) as c:
+            c.execute("INSERT INTO no_such_table VALUES (1)")
+
+    out = sqlite_schema.run_group(conn, [(insert, ("a",)), (broken, ()), (insert, ("b",))])
+    assert [ok for ok, _ in out] == [True, False, True]
+    assert isinstance(out[1][1], sqlite3.OperationalError)
+    assert not conn.in_transaction
+    assert sorted(r[0] for r in conn.execute("SELECT k FROM t")) == ["a", "b"]
