@@ -590,8 +590,12 @@ class Plan:
 
 #: the log_dedup row's target: sequenced appends cost at most 10% (plain / sequenced <= 1.1)
 LOG_DEDUP_TARGET = round(1 / 1.1, 3)
-#: entries per measured run of the log_dedup row (``--tiny``: the plan's count)
-LOG_DEDUP_ENTRIES = 200_000
+#: entries per measured run of the log_dedup row with one add per call (``--tiny``: the plan's count)
+LOG_DEDUP_ENTRIES = 400_000
+#: entries per measured run of the log_dedup row with ``append_many`` (3 s or so, as the one-add runs)
+LOG_DEDUP_ENTRIES_MANY = 1_000_000
+#: runs of each mode, plain and sequenced alternating in a balanced order
+LOG_DEDUP_ROUNDS = 4
 #: adds in flight while the log_dedup row appends one per call
 LOG_DEDUP_WINDOW = 5_000
 #: producers in the table whose memory the log_dedup row reports
@@ -644,28 +648,48 @@ def producer_table_memory(producers: int = LOG_DEDUP_PRODUCERS) -> dict[str, flo
 
 
 async def _log_dedup_row(cluster: LocalCluster, plan: Plan, rows: dict[str, Row]) -> None:
-    """Sequenced against plain appends on a log, alternating (plain, sequenced, plain,
-    sequenced) so that both meet the same disk and load; each mode's best run counts."""
+    """Sequenced against plain appends on a log, in each mode :data:`LOG_DEDUP_ROUNDS` runs of
+    each, in the balanced order plain, sequenced, sequenced, plain, ... (so that neither always
+    runs first, on the cleaner disk, or always right after the other's write-back), each run
+    starting once the disk has written out the previous one. A mode's figure is the mean of its
+    runs' rates: in this order a drift over the row (rates fall as the bookies' logs fill) weighs
+    on both alike, where each mode's best run would favour the one that ran first. The client's
+    CPU time per entry (this process: the writer's work) is reported beside it."""
     r = rows["log_dedup"]
     r.load_before = uptime()
-    entries = plan.count if plan.count is not None else LOG_DEDUP_ENTRIES
+    modes = {1: plan.count if plan.count is not None else LOG_DEDUP_ENTRIES,
+             plan.batch: plan.count if plan.count is not None else LOG_DEDUP_ENTRIES_MANY}
     rates: dict[str, list[float]] = {}
+    cpu_us: dict[str, list[float]] = {}
+    waited = 0.0
     async with Client(metadata=cluster.metadata) as client:
-        for round_ in range(2):
-            for batch in (1, plan.batch):
-                for sequenced in (False, True):
+        for round_ in range(LOG_DEDUP_ROUNDS):
+            for batch, entries in modes.items():
+                for sequenced in ((False, True) if round_ % 2 == 0 else (True, False)):
                     key = f"{'one_add_per_call' if batch == 1 else f'append_many_{batch}'}_" \
                           f"{'sequenced' if sequenced else 'plain'}"
+                    waited += (await asyncio.to_thread(quiet_disk))["waited_s"]
+                    cpu0 = time.process_time()
                     rate = await _log_appends(client, f"bench-dedup-{round_}-{key}", entries, batch, sequenced)
+                    cpu_us.setdefault(key, []).append((time.process_time() - cpu0) / entries * 1e6)
                     rates.setdefault(key, []).append(rate)
-    best = {k: max(v) for k, v in rates.items()}
-    costs, ratios = {}, {}
+    mean = {k: statistics.fmean(v) for k, v in rates.items()}
+    costs, ratios, best_ratios, cpu_ratios = {}, {}, {}, {}
     for mode in ("one_add_per_call", f"append_many_{plan.batch}"):
-        plain, seq = best[f"{mode}_plain"], best[f"{mode}_sequenced"]
+        plain, seq = mean[f"{mode}_plain"], mean[f"{mode}_sequenced"]
         costs[mode] = round((plain / seq - 1) * 100, 1)
         ratios[mode] = round(seq / plain, 3)
-    r.details = {"entries_per_run": entries, "entries_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
-                 "sequenced_over_plain": ratios, "cost_percent": costs, "producer_table": producer_table_memory()}
+        best_ratios[mode] = round(max(rates[f"{mode}_sequenced"]) / max(rates[f"{mode}_plain"]), 3)
+        cpu_ratios[mode] = round(min(cpu_us[f"{mode}_sequenced"]) / min(cpu_us[f"{mode}_plain"]), 3)
+    r.details = {"entries_per_run": {("one_add_per_call" if b == 1 else f"append_many_{b}"): n
+                                     for b, n in modes.items()},
+                 "rounds": LOG_DEDUP_ROUNDS, "quiet_disk_waited_s": round(waited, 1),
+                 "entries_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
+                 "sequenced_over_plain": ratios, "cost_percent": costs,
+                 "sequenced_over_plain_best_runs": best_ratios,
+                 "client_cpu_us_per_entry": {k: [round(x, 3) for x in v] for k, v in cpu_us.items()},
+                 "client_cpu_sequenced_over_plain_least": cpu_ratios,
+                 "producer_table": producer_table_memory()}
     r.settle(min(ratios.values()))
 
 

@@ -177,10 +177,9 @@ def test_sequenced_entries_are_the_documented_bytes_on_both_hot_paths(shared_clu
             await w.close()
             lh = await client.open_ledger(w.ledger_id, PW, recovery=False)
             raw = [e.payload for e in await lh.read(0, 4)]
-            seq = (258).to_bytes(8, "big")
-            assert raw == [b"\x01\x02ab" + seq + b"a", b"\x01\x02ab" + (259).to_bytes(8, "big") + b"b",
-                           b"\x01\x02ab" + (260).to_bytes(8, "big") + b"c",
-                           b"\x01\x05other" + (300).to_bytes(8, "big") + b"d", b"\x00e"]
+            # flags 0x02, the id's length, the id, the sequence as a LEB128 varint (258 = 0x82 0x02)
+            assert raw == [b"\x02\x02ab\x82\x02a", b"\x02\x02ab\x83\x02b", b"\x02\x02ab\x84\x02c",
+                           b"\x02\x05other\xac\x02d", b"\x00e"]
             got = await records(client, f"eo-bytes-{path}")
             assert [(r.payload, r.producer_id, r.seq) for r in got] == [
                 (b"a", "ab", 258), (b"b", "ab", 259), (b"c", "ab", 260), (b"d", "other", 300), (b"e", None, None)]
@@ -246,6 +245,33 @@ def test_an_old_log_opens_unchanged_and_raw_ledgers_in_it_are_stepped_over(share
             assert w.last_seq == 0  # stepped over the raw ledger to the sequenced one before it
             assert await w.append(b"new", seq=0) == got[2].position
             await w.close()
+
+    run(go())
+
+
+def test_entries_with_the_earlier_fixed_size_sequence_read_back_and_rebuild_the_table(
+        shared_cluster: LocalCluster) -> None:
+    # a log written by a release before the varint sequence: flags 0x01 and 8 sequence bytes
+    def fixed(header: bytes, seq: int, payload: bytes) -> bytes:
+        return b"\x01" + header[1:] + seq.to_bytes(8, "big") + payload
+
+    async def go() -> None:
+        async with Client(metadata=shared_cluster.metadata) as c1, Client(metadata=shared_cluster.metadata) as c2:
+            w = await c1.open_log("eo-fixed", password=PW, producer_id="p")
+            w._encode = fixed  # type: ignore[method-assign]
+            for seq in range(5):
+                await w.append(b"%d" % seq, seq=seq + 300)
+            await w.flush()
+            w2 = await c2.open_log("eo-fixed", password=PW, producer_id="p")  # takes over: w never closed
+            assert w2.last_seq == 304  # rebuilt from the fixed-size entries
+            assert await w2.append(b"again", seq=302) == Position(w.ledger_id, 2)
+            await w2.append(b"5", seq=305)  # written in the current format after them
+            await w2.close()
+            lh = await c2.open_ledger(w2.ledger_id, PW, recovery=False)
+            assert (await lh.read(0, 0))[0].payload == b"\x02\x01p\xb1\x025"
+            got = await records(c2, "eo-fixed")
+            assert [(r.payload, r.producer_id, r.seq) for r in got] == [
+                (b"%d" % i, "p", i + 300) for i in range(6)]
 
     run(go())
 

@@ -12,16 +12,18 @@ from hypothesis import strategies as st
 from ledgerstore.client.log.entry import (
     MAX_SEQ,
     PLAIN_HEADER,
-    compiled_encoder,
     decode,
     encode,
     encode_many,
+    encoder,
     is_sequenced_format,
     producer_header,
+    varint,
 )
 from ledgerstore.client.log.producers import ProducerTable
 from ledgerstore.errors import InvalidArgumentError, LogError
 from ledgerstore.meta.logs import Position
+from ledgerstore.proto import speedups
 
 
 @given(st.text(min_size=1, max_size=60), st.integers(0, MAX_SEQ), st.binary(max_size=64))
@@ -34,18 +36,34 @@ def test_a_plain_entry_is_one_zero_byte_then_the_payload(payload: bytes) -> None
     assert decode(PLAIN_HEADER + payload) == (payload, None, None)
 
 
-def test_the_header_layout_is_flags_length_id_then_big_endian_sequence() -> None:
-    assert encode(producer_header("ab"), 258, b"P") == b"\x01\x02ab" + b"\x00" * 6 + b"\x01\x02" + b"P"
+def leb128(n: int) -> bytes:
+    """The unsigned LEB128 varint of ``n``, written from its definition (not the code under test)."""
+    groups = [(n >> shift) & 0x7F for shift in range(0, max(n.bit_length(), 1), 7)]
+    return bytes([g | 0x80 for g in groups[:-1]] + [groups[-1]])
+
+
+def test_the_header_layout_is_flags_length_id_then_a_varint_sequence() -> None:
+    assert encode(producer_header("ab"), 258, b"P") == b"\x02\x02ab\x82\x02P"
+    assert [varint(n) for n in (0, 127, 128, 16383, 16384)] == [
+        b"\x00", b"\x7f", b"\x80\x01", b"\xff\x7f", b"\x80\x80\x01"]
+    assert varint(MAX_SEQ) == b"\xff" * 8 + b"\x7f"  # the longest: 9 bytes
 
 
 @given(st.text(min_size=1, max_size=60), st.integers(0, MAX_SEQ - 20), st.lists(st.binary(max_size=64), max_size=20))
 def test_the_encoders_give_the_documented_bytes_on_both_hot_paths(hot_path: str, pid: str, first: int,
                                                                     payloads: list[bytes]) -> None:
     header = producer_header(pid)
-    want = [header + (first + i).to_bytes(8, "big") + x for i, x in enumerate(payloads)]
+    want = [header + leb128(first + i) + x for i, x in enumerate(payloads)]
     assert encode_many(header, first, payloads) == want
     assert [encode(header, first + i, x) for i, x in enumerate(payloads)] == want
+    assert [encoder()(header, first + i, x) for i, x in enumerate(payloads)] == want
     assert encode_many(header, first, [bytearray(x) for x in payloads]) == want
+
+
+@given(st.text(min_size=1, max_size=60), st.integers(0, MAX_SEQ), st.binary(max_size=64))
+def test_an_entry_with_the_earlier_fixed_size_sequence_still_decodes(pid: str, seq: int, payload: bytes) -> None:
+    raw = pid.encode("utf-8", "surrogatepass")
+    assert decode(bytes((0x01, len(raw))) + raw + seq.to_bytes(8, "big") + payload) == (payload, pid, seq)
 
 
 @pytest.mark.parametrize("payload", ["text", 7, None, memoryview(b"abcd")[::2]])
@@ -58,10 +76,20 @@ def test_the_encoders_refuse_what_is_not_contiguous_bytes_with_a_type_error_on_b
 
 
 def test_the_writer_takes_the_compiled_encoder_only_on_the_compiled_hot_path(hot_path: str) -> None:
-    assert (compiled_encoder() is None) == (hot_path == "pure")
+    fast = speedups.compiled
+    if hot_path == "compiled":
+        assert fast is not None and encoder() is fast.log_entry_varint
+    else:
+        assert fast is None and encoder().__module__ == "ledgerstore.client.log.entry"
 
 
-@pytest.mark.parametrize("data", [b"", b"\x02x", b"\x01\x05ab", b"\x01\x00" + b"\x00" * 8])
+@pytest.mark.parametrize("data", [
+    b"", b"\x03\x01a\x00", b"\x80\x01a\x00",              # unknown flags
+    b"\x01\x05ab", b"\x01\x00" + b"\x00" * 8,              # fixed-size: cut short, an empty id
+    b"\x02x", b"\x02\x01a", b"\x02\x00\x00",                # varint: no room, no sequence, an empty id
+    b"\x02\x01a\x80", b"\x02\x01a\xff\xff",                # a varint cut short
+    b"\x02\x01a" + b"\x80" * 9 + b"\x00",                    # a varint longer than 9 bytes
+])
 def test_a_damaged_header_is_a_log_error(data: bytes) -> None:
     with pytest.raises(LogError):
         decode(data)
@@ -118,7 +146,8 @@ def test_a_producer_is_touched_when_its_appends_drain_and_snapshotted_as_active_
     again.load_snapshot(snap)
     assert again.get("busy").touched >= before - 0.001  # type: ignore[union-attr]
     assert again.expire(60.0) == 0  # so a new leader with a TTL keeps it
-    busy.acked(5, 1, 4)
+    busy.stored(5, 1, 4)
+    busy.settled(5)
     assert busy.pending is None and busy.touched >= before and busy.position == Position(1, 4)
     assert table.expire(60.0, now=busy.touched + 61.0) == 1  # idle from when its appends drained
 

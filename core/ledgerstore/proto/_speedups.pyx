@@ -247,39 +247,49 @@ def crc32c_verify_into(ledger_id, items, dict out, type entry_type not None):
             out[eid] = ls_tuple4(entry_type, ledger_id, eid, lac, payload)
 
 
-cdef bytes _log_entry(bytes header, uint64_t seq, object payload):
+cdef bytes _log_entry_varint(bytes header, uint64_t seq, object payload):
     cdef Py_buffer view
     cdef Py_ssize_t n = PyBytes_GET_SIZE(header)
+    cdef Py_ssize_t k = 1
+    cdef uint64_t rest = seq >> 7
     cdef bytes entry
     cdef unsigned char *p
+    while rest:
+        k += 1
+        rest >>= 7
     try:
         PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
     except BufferError as exc:  # a strided memoryview: the TypeError the concatenation raises
         raise TypeError(f"can't concat {type(payload).__name__} to bytes ({exc})") from None
     try:
-        entry = PyBytes_FromStringAndSize(NULL, n + 8 + view.len)
+        entry = PyBytes_FromStringAndSize(NULL, n + k + view.len)
         p = <unsigned char *>PyBytes_AS_STRING(entry)
         memcpy(p, PyBytes_AS_STRING(header), n)
-        ls_put_u64(p + n, seq)
-        memcpy(p + n + 8, view.buf, view.len)
+        p += n
+        while seq >= 0x80:
+            p[0] = <unsigned char>((seq & 0x7F) | 0x80)
+            p += 1
+            seq >>= 7
+        p[0] = <unsigned char>seq
+        memcpy(p + 1, view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
     return entry
 
 
-def log_entry(bytes header not None, uint64_t seq, payload):
-    """A sequenced log entry, ``header`` (a producer's flags, id length and id), the sequence
-    big-endian, then ``payload``, built in one buffer: ``header_packer(len(header))(header, seq)
-    + payload`` in ``ledgerstore.client.log.entry``."""
-    return _log_entry(header, seq, payload)
+def log_entry_varint(bytes header not None, uint64_t seq, payload):
+    """A sequenced log entry, ``header`` (a producer's flags, id length and id), the sequence as
+    an unsigned LEB128 varint, then ``payload``, built in one buffer: ``header + varint(seq) +
+    payload`` in ``ledgerstore.client.log.entry``."""
+    return _log_entry_varint(header, seq, payload)
 
 
-def log_entries(bytes header not None, uint64_t first_seq, payloads):
-    """:func:`log_entry` of each of ``payloads``, with the sequences ``first_seq``, ``first_seq +
-    1``, ...: ``entry.encode_many``'s pure-Python loop."""
+def log_entries_varint(bytes header not None, uint64_t first_seq, payloads):
+    """:func:`log_entry_varint` of each of ``payloads``, with the sequences ``first_seq``,
+    ``first_seq + 1``, ...: ``entry.encode_many``'s pure-Python loop."""
     cdef list out = []
     cdef uint64_t seq = first_seq
     for payload in payloads:
-        out.append(_log_entry(header, seq, payload))
+        out.append(_log_entry_varint(header, seq, payload))
         seq += 1
     return out

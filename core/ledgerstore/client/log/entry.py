@@ -9,17 +9,19 @@ Ledgers without the key (format 1, written by older releases) hold the bare payl
 
 Format 2 entry (``docs/logs.md``, "Entry format")::
 
-    byte 0         flags: 0x00 plain, 0x01 sequenced (the other bits are reserved, must be 0)
+    byte 0         flags: 0x00 plain, 0x02 sequenced, 0x01 sequenced with a fixed-size sequence
+                   (written by earlier releases, still read); every other value is refused
     sequenced only:
       byte 1       n, the producer id's length in bytes (1..255)
       bytes 2..    the producer id (UTF-8, n bytes)
-      next 8       the sequence, unsigned big-endian
+      next         0x02: the sequence as an unsigned LEB128 varint (7 bits a byte, the lowest
+                   first, the high bit set on every byte but the last; 1 to 9 bytes)
+                   0x01: the sequence in 8 bytes, unsigned big-endian
     the rest       the payload, as given to append
 """
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
@@ -32,17 +34,23 @@ from ledgerstore.proto import speedups
 FORMAT_KEY = "log.format"
 #: the value of :data:`FORMAT_KEY` for ledgers whose entries carry a header
 FORMAT_SEQUENCED = "2"
-#: flag bit: the entry carries a producer id and a sequence
-FLAG_SEQUENCED = 0x01
+#: flags of an entry that carries a producer id and a varint sequence (what writers write)
+FLAG_SEQUENCED = 0x02
+#: flags of an entry that carries a producer id and an 8-byte sequence (written by releases before
+#: the varint; read, never written)
+FLAG_SEQUENCED_FIXED = 0x01
 #: the header of an entry written without a sequence
 PLAIN_HEADER = b"\x00"
 #: longest producer id, in UTF-8 bytes (its length is one byte of the header)
 MAX_PRODUCER_ID_BYTES = 255
 #: sequences are unsigned 64-bit on the wire; Python callers get the signed range
 MAX_SEQ = 2**63 - 1
+#: the longest varint of a sequence (63 bits, 7 a byte)
+MAX_VARINT_BYTES = 9
 
 _SEQ = struct.Struct(">Q")
-pack_seq = _SEQ.pack
+#: the varints of 0..127: one byte each, the common case of a young producer
+_SMALL = [bytes((i,)) for i in range(0x80)]
 
 
 class LogRecord(NamedTuple):
@@ -85,42 +93,63 @@ def check_seq(seq: object, what: str = "seq") -> int:
 
 def producer_header(producer_id: str) -> bytes:
     """The header bytes of a sequenced entry of ``producer_id``, before the sequence: computed
-    once per producer, so an append only adds the 8 sequence bytes."""
+    once per producer, so an append only adds the sequence's bytes."""
     raw = check_producer_id(producer_id).encode("utf-8", "surrogatepass")
     return bytes((FLAG_SEQUENCED, len(raw))) + raw
 
 
-@functools.lru_cache(maxsize=MAX_PRODUCER_ID_BYTES + 2)
-def header_packer(header_size: int) -> Callable[[bytes, int], bytes]:
-    """``pack(header, seq)``: a header of ``header_size`` bytes followed by the sequence, in one
-    call (a third cheaper than two concatenations; one per header size, shared by producers)."""
-    return struct.Struct(f">{header_size}sQ").pack
+def varint(n: int) -> bytes:
+    """``n`` (0..2**63-1) as an unsigned LEB128 varint: 1 byte up to 127, 3 up to about 2 million."""
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``data[pos:]`` and the position after it; LogError if it is cut short or longer
+    than :data:`MAX_VARINT_BYTES` (whose 63 bits cannot exceed :data:`MAX_SEQ`)."""
+    value = shift = 0
+    for i in range(pos, min(len(data), pos + MAX_VARINT_BYTES)):
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i + 1
+        shift += 7
+    raise LogError(f"log entry of {len(data)} bytes has a sequence varint that is cut short or longer than "
+                   f"{MAX_VARINT_BYTES} bytes")
 
 
 def encode(header: bytes, seq: int, payload: bytes) -> bytes:
     """A sequenced entry: ``header`` (from :func:`producer_header`), ``seq``, ``payload``."""
     fast = speedups.compiled
     if fast is not None:
-        return fast.log_entry(header, seq, payload)
-    return header_packer(len(header))(header, seq) + payload
+        return fast.log_entry_varint(header, seq, payload)
+    return header + varint(seq) + payload
 
 
 def encode_many(header: bytes, first_seq: int, payloads: Iterable[bytes]) -> list[bytes]:
     """:func:`encode` of each of ``payloads``, with the sequences ``first_seq, first_seq + 1, ...``."""
     fast = speedups.compiled
     if fast is not None:
-        return fast.log_entries(header, first_seq, payloads)
-    pack = header_packer(len(header))
-    return [pack(header, s) + x for s, x in enumerate(payloads, first_seq)]
+        return fast.log_entries_varint(header, first_seq, payloads)
+    return [header + varint(s) + x for s, x in enumerate(payloads, first_seq)]
 
 
-def compiled_encoder() -> Callable[[bytes, int, bytes], bytes] | None:
-    """The compiled :func:`encode` when the compiled hot path runs (``ledgerstore.proto.speedups``),
-    else None: a log writer takes it once, when it is created, and packs with its producer's
-    ``pack`` without it. The compiled one builds the entry in one buffer, where the pure-Python
-    one packs the header and then concatenates (two copies, one call more per entry)."""
+def encoder() -> Callable[[bytes, int, bytes], bytes]:
+    """The :func:`encode` a log writer takes once, when it is created: the compiled one when the
+    compiled hot path runs (``ledgerstore.proto.speedups``; it builds the entry in one buffer),
+    else the pure-Python one."""
     fast = speedups.compiled
-    return None if fast is None else fast.log_entry
+    return _encode_pure if fast is None else fast.log_entry_varint
+
+
+def _encode_pure(header: bytes, seq: int, payload: bytes) -> bytes:
+    return header + varint(seq) + payload
 
 
 def decode(data: bytes) -> tuple[bytes, str | None, int | None]:
@@ -130,21 +159,27 @@ def decode(data: bytes) -> tuple[bytes, str | None, int | None]:
     flags = data[0]
     if flags == 0:
         return data[1:], None, None
-    if flags != FLAG_SEQUENCED:
-        raise LogError(f"log entry has header flags {flags:#04x}; this release knows only 0x00 and 0x01")
+    if flags != FLAG_SEQUENCED and flags != FLAG_SEQUENCED_FIXED:
+        raise LogError(f"log entry has header flags {flags:#04x}; this release knows only 0x00, 0x01 and 0x02")
     n = data[1] if len(data) > 1 else 0
     end = 2 + n
-    if n == 0 or len(data) < end + 8:
+    if n == 0 or len(data) < end + (1 if flags == FLAG_SEQUENCED else 8):
         raise LogError(f"log entry of {len(data)} bytes is too short for its sequenced header")
-    seq = _SEQ.unpack_from(data, end)[0]
-    return data[end + 8:], data[2:end].decode("utf-8", "surrogatepass"), seq
+    if flags == FLAG_SEQUENCED:
+        if data[end] < 0x80:  # a one-byte varint
+            seq, start = data[end], end + 1
+        else:
+            seq, start = read_varint(data, end)
+    else:
+        seq, start = _SEQ.unpack_from(data, end)[0], end + 8
+    return data[start:], data[2:end].decode("utf-8", "surrogatepass"), seq
 
 
 #: the public names of the codec (``ledgerstore.client.log`` re-exports them)
 encode_entry = encode
 decode_entry = decode
 
-__all__ = ["FLAG_SEQUENCED", "FORMAT_KEY", "FORMAT_SEQUENCED", "MAX_PRODUCER_ID_BYTES", "MAX_SEQ", "PLAIN_HEADER",
-           "LogRecord", "check_producer_id", "check_seq", "compiled_encoder", "decode", "decode_entry", "encode",
-           "encode_entry", "encode_many", "header_packer", "is_sequenced_format",
-           "producer_header"]
+__all__ = ["FLAG_SEQUENCED", "FLAG_SEQUENCED_FIXED", "FORMAT_KEY", "FORMAT_SEQUENCED", "MAX_PRODUCER_ID_BYTES",
+           "MAX_SEQ", "MAX_VARINT_BYTES", "PLAIN_HEADER", "LogRecord", "check_producer_id", "check_seq", "decode",
+           "decode_entry", "encode", "encode_entry", "encode_many", "encoder", "is_sequenced_format",
+           "producer_header", "read_varint", "varint"]

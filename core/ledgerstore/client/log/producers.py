@@ -20,7 +20,7 @@ import collections
 import json
 import time
 
-from ledgerstore.client.log.entry import check_producer_id, header_packer, producer_header
+from ledgerstore.client.log.entry import check_producer_id, producer_header
 from ledgerstore.errors import LogError
 from ledgerstore.meta.logs import Position
 
@@ -40,14 +40,12 @@ Pending = tuple[int, int, "asyncio.Future[Position]"]
 class Producer:
     """One producer's state. ``seq`` is -1 while nothing of it is stored."""
 
-    __slots__ = ("entry_id", "header", "ledger_id", "pack", "pending", "producer_id", "sent", "seq", "touched")
+    __slots__ = ("entry_id", "header", "ledger_id", "pending", "producer_id", "sent", "seq", "touched")
 
     def __init__(self, producer_id: str, header: bytes) -> None:
         self.producer_id = producer_id
         #: the precomputed start of its entries' header (flags, id length, id)
         self.header = header
-        #: ``pack(header, seq)``: the whole header of one of its entries (shared per header size)
-        self.pack = header_packer(len(header))
         #: the highest sequence stored in the log (acknowledged, or read back by a new leader)
         self.seq = -1
         self.ledger_id = -1
@@ -80,22 +78,6 @@ class Producer:
             self.entry_id = entry_id
         if seq > self.sent:
             self.sent = seq
-
-    def acked(self, seq: int, ledger_id: int, entry_id: int) -> None:
-        """The in-flight append ending at ``seq`` is stored, its last entry at ``(ledger_id,
-        entry_id)``: :meth:`stored` and :meth:`settled` in one call, the acknowledgement's hot path."""
-        if seq > self.seq:
-            self.seq = seq
-            self.ledger_id = ledger_id
-            self.entry_id = entry_id
-        pending = self.pending
-        if pending is not None and pending[0][1] == seq:
-            pending.popleft()
-            if not pending:
-                self.pending = None
-                self.touched = time.time()
-        else:
-            self.settled(seq)
 
     def in_flight(self, seq: int) -> tuple[asyncio.Future[Position], int] | None:
         """The future of the in-flight append holding ``seq`` and how many entries before that

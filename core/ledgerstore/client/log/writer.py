@@ -13,6 +13,7 @@ import collections
 import functools
 import logging
 import random
+import time
 from collections.abc import Sequence
 
 from ledgerstore.client.ledger import LedgerHandle
@@ -24,9 +25,9 @@ from ledgerstore.client.log.entry import (
     PLAIN_HEADER,
     check_producer_id,
     check_seq,
-    compiled_encoder,
     encode_entry,
     encode_many,
+    encoder,
 )
 from ledgerstore.client.log.producers import Producer, ProducerTable
 from ledgerstore.client.log.rebuild import find_sequence, rebuild_table, write_snapshot
@@ -142,9 +143,9 @@ class LogWriter:
         self._found: dict[tuple[str, int], Position] = {}
         self._search_lock = asyncio.Lock()
         self._searches: set[asyncio.Task[None]] = set()
-        #: the compiled entry encoder, or None for the producer's ``pack`` (chosen once, as a
-        #: ledger handle chooses its pending adds' implementation)
-        self._encode = compiled_encoder()
+        #: the entry encoder, compiled when the compiled hot path runs (chosen once, as a ledger
+        #: handle chooses its pending adds' implementation)
+        self._encode = encoder()
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -214,9 +215,8 @@ class LogWriter:
             p = self._table.get(producer_id) if type(producer_id) is str else None
         if p is None or type(seq) is not int or not p.sent < seq <= MAX_SEQ:
             return self._append_seq(payload, seq, producer_id, outer)
-        encode = self._encode
         try:
-            data = p.pack(p.header, seq) + payload if encode is None else encode(p.header, seq, payload)
+            data = self._encode(p.header, seq, payload)
         except TypeError:
             outer.set_exception(_not_bytes(payload))
             return outer
@@ -446,8 +446,19 @@ class LogWriter:
             eid = inner.result()
             pos = Position(seg.ledger_id, eid)
             self._last = pos
-            if p is not None:
-                p.acked(seq, seg.ledger_id, eid)
+            if p is not None:  # Producer.stored and .settled, inline: once per acknowledged append
+                if seq > p.seq:
+                    p.seq = seq
+                    p.ledger_id = seg.ledger_id
+                    p.entry_id = eid
+                pending = p.pending
+                if pending is not None and pending[0][1] == seq:
+                    pending.popleft()
+                    if not pending:
+                        p.pending = None
+                        p.touched = time.time()
+                else:
+                    p.settled(seq)
             if not outer.done():
                 outer.set_result(pos)
         else:
