@@ -64,7 +64,9 @@ class EntryLogStorage(StorageEngine):
         entry_log_size_limit: int = option(1024 * _MiB, "roll to a new entry log past this many bytes "
                                            "(offsets in index slots are 32-bit)", minimum=4096, maximum=1 << 32)
         page_size: int = option(8192, "index page size in bytes (a multiple of 8)", minimum=64)
-        page_limit_bytes: int = option(64 * _MiB, "bytes of index pages the ledger cache holds", minimum=1)
+        page_limit_bytes: int = option(256 * _MiB, "bytes of index pages the ledger cache holds (pages are "
+                                       "allocated as ledgers use them; 256 MiB holds the tail pages of "
+                                       "32,768 ledgers written at once)", minimum=1)
         max_open_index_files: int = option(1024, "index files kept open for the ledger cache's page "
                                            "writes and loads (BookKeeper's openFileLimit)", minimum=1)
         minor_compaction_threshold: float = option(0.2, "gc() compacts logs with less than this live fraction",
