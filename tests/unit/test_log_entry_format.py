@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import time
 
 import pytest
@@ -126,7 +126,7 @@ def test_expiry_forgets_only_idle_producers_with_nothing_in_flight() -> None:
     table = ProducerTable()
     table.add("old").touched = 100.0
     table.add("busy").touched = 100.0
-    table.add("busy").pending = []
+    table.add("busy").pending = {4: None}  # type: ignore[dict-item]  # its future is not needed here
     table.add("new").touched = 1000.0
     assert table.expire(None, now=2000.0) == 0  # off by default
     assert table.expire(500.0, now=1200.0) == 1
@@ -138,7 +138,8 @@ def test_a_producer_is_touched_when_its_appends_drain_and_snapshotted_as_active_
     busy = table.add("busy")
     busy.stored(3, 1, 2)
     busy.touched = 100.0  # long ago: but it has an append in flight, so it is active now
-    busy.pending = collections.deque([(4, 5, None)])  # type: ignore[list-item]  # its future is not needed here
+    busy.pending = {5: None}  # type: ignore[dict-item]  # an append of 4..5; its future is not needed here
+    busy.firsts = {5: 4}
     before = time.time()
     snap = table.encode_snapshot(Position(1, 2))
     assert snap is not None
@@ -150,6 +151,30 @@ def test_a_producer_is_touched_when_its_appends_drain_and_snapshotted_as_active_
     busy.settled(5)
     assert busy.pending is None and busy.touched >= before and busy.position == Position(1, 4)
     assert table.expire(60.0, now=busy.touched + 61.0) == 1  # idle from when its appends drained
+
+
+def test_in_flight_appends_are_found_by_any_of_their_sequences_and_settle_in_any_order() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        p = ProducerTable().add("p")
+        one, many, other = loop.create_future(), loop.create_future(), loop.create_future()
+        p.sent_one(3, one)
+        p.sent_one(9, many, 5)  # an append_many of 5..9
+        p.sent_one(12, other)  # a gap: 10 and 11 were never sent
+        assert p.sent == 12
+        assert p.in_flight(3) == (one, 0) and p.in_flight(12) == (other, 0)
+        assert p.in_flight(5) == (many, 4) and p.in_flight(9) == (many, 0)
+        assert p.in_flight(4) is None and p.in_flight(10) is None and p.in_flight(13) is None
+        p.settled(9)  # out of order: a failure resolves it first
+        assert p.in_flight(7) is None and p.firsts is None and p.in_flight(3) == (one, 0)
+        p.settled(9)  # twice: nothing more
+        p.settled(3)
+        assert p.pending == {12: other}
+        before = time.time()
+        p.settled(12)
+        assert p.pending is None and p.touched >= before
+    finally:
+        loop.close()
 
 
 def test_a_corrupt_snapshot_is_a_log_error() -> None:

@@ -16,7 +16,6 @@ Snapshot (the ledger's ``custom["log.producers"]``, JSON)::
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import time
 
@@ -33,14 +32,15 @@ SNAPSHOT_VERSION = 1
 #: is some 20,000 producers.
 SNAPSHOT_MAX_BYTES = 768 * 1024
 
-#: one in-flight append of a producer: (first seq, last seq, the caller's future of the last one)
-Pending = tuple[int, int, "asyncio.Future[Position]"]
+
+
+_ABSENT = object()
 
 
 class Producer:
     """One producer's state. ``seq`` is -1 while nothing of it is stored."""
 
-    __slots__ = ("entry_id", "header", "ledger_id", "pending", "producer_id", "sent", "seq", "touched")
+    __slots__ = ("entry_id", "firsts", "header", "ledger_id", "pending", "producer_id", "sent", "seq", "touched")
 
     def __init__(self, producer_id: str, header: bytes) -> None:
         self.producer_id = producer_id
@@ -56,9 +56,13 @@ class Producer:
         #: ``producer_ttl_s``): read once when its in-flight appends drain, not once per append,
         #: as only a producer with nothing in flight can expire (:meth:`ProducerTable.expire`)
         self.touched = 0.0
-        #: in-flight appends, oldest first (a deque: they resolve from the front, thousands in
-        #: flight); None while there are none: most producers are idle
-        self.pending: collections.deque[Pending] | None = None
+        #: in-flight appends: the caller's future of each by its last sequence, oldest first; None
+        #: while there are none (most producers are idle). A dict, not a deque of records: an
+        #: append then allocates no object the garbage collector tracks, with thousands in flight
+        self.pending: dict[int, asyncio.Future[Position]] | None = None
+        #: the first sequence of each in-flight append of more than one entry, by its last; None
+        #: while there are none
+        self.firsts: dict[int, int] | None = None
 
     @property
     def last_seq(self) -> int | None:
@@ -82,21 +86,38 @@ class Producer:
     def in_flight(self, seq: int) -> tuple[asyncio.Future[Position], int] | None:
         """The future of the in-flight append holding ``seq`` and how many entries before that
         future's position ``seq`` sits (None: not in flight)."""
-        for first, last, fut in self.pending or ():
+        pending = self.pending
+        if not pending:
+            return None
+        fut = pending.get(seq)
+        if fut is not None:
+            return fut, 0
+        for last, first in (self.firsts or {}).items():
             if first <= seq <= last:
-                return fut, last - seq
+                return pending[last], last - seq
         return None
 
+    def sent_one(self, last: int, fut: asyncio.Future[Position], first: int | None = None) -> None:
+        """The append of ``first..last`` (``last`` alone when ``first`` is None) is handed to the
+        ledger, resolving ``fut``."""
+        self.sent = last
+        if self.pending is None:
+            self.pending = {last: fut}
+        else:
+            self.pending[last] = fut
+        if first is not None and first != last:
+            if self.firsts is None:
+                self.firsts = {last: first}
+            else:
+                self.firsts[last] = first
+
     def settled(self, last: int) -> None:
-        """The in-flight append ending at ``last`` is resolved (they resolve in order)."""
+        """The in-flight append ending at ``last`` is resolved."""
         pending = self.pending
-        if pending:
-            if pending[0][1] == last:
-                pending.popleft()
-            else:  # not the oldest: only after a failure, when order no longer matters
-                kept = [p for p in pending if p[1] != last]
-                pending.clear()
-                pending.extend(kept)
+        if pending and pending.pop(last, _ABSENT) is not _ABSENT:
+            firsts = self.firsts
+            if firsts is not None and firsts.pop(last, None) is not None and not firsts:
+                self.firsts = None
             if not pending:
                 self.pending = None
                 self.touched = time.time()

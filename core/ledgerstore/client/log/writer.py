@@ -13,7 +13,6 @@ import collections
 import functools
 import logging
 import random
-import time
 from collections.abc import Sequence
 
 from ledgerstore.client.ledger import LedgerHandle
@@ -223,9 +222,9 @@ class LogWriter:
         p.sent = seq
         pending = p.pending
         if pending is None:
-            p.pending = collections.deque(((seq, seq, outer),))
+            p.pending = {seq: outer}
         else:
-            pending.append((seq, seq, outer))
+            pending[seq] = outer
         self._add(data, outer, p, seq)
         return outer
 
@@ -245,7 +244,7 @@ class LogWriter:
         except TypeError:
             outer.set_exception(_not_bytes(payload))
             return outer
-        self._sent(p, seq, seq, outer)
+        p.sent_one(seq, outer)
         self._add(data, outer, p, seq)
         return outer
 
@@ -287,7 +286,7 @@ class LogWriter:
             bad = next((x for x in payloads if not isinstance(x, bytes | bytearray | memoryview)), None)
             outer.set_exception(InvalidArgumentError(f"payloads must be bytes, not {type(bad).__name__}"))
             return outer
-        self._sent(p, first_seq, last, outer)
+        p.sent_one(last, outer, first_seq)
         self._add_many(datas, outer, p, last)
         return outer
 
@@ -318,13 +317,6 @@ class LogWriter:
             return p
         return self._table.add(check_producer_id(producer_id))
 
-    def _sent(self, p: Producer, first: int, last: int, outer: asyncio.Future[Position]) -> None:
-        """``p``'s sequences ``first..last`` are handed to the ledger, resolving ``outer``."""
-        p.sent = last
-        if p.pending is None:
-            p.pending = collections.deque(((first, last, outer),))
-        else:
-            p.pending.append((first, last, outer))
 
     def _add(self, data: bytes, outer: asyncio.Future[Position], p: Producer | None, seq: int) -> None:
         seg = self._seg
@@ -452,11 +444,8 @@ class LogWriter:
                     p.ledger_id = seg.ledger_id
                     p.entry_id = eid
                 pending = p.pending
-                if pending is not None and pending[0][1] == seq:
-                    pending.popleft()
-                    if not pending:
-                        p.pending = None
-                        p.touched = time.time()
+                if pending is not None and len(pending) > 1 and p.firsts is None:
+                    pending.pop(seq, None)  # not the last in flight, no batches: settled() in short
                 else:
                     p.settled(seq)
             if not outer.done():
