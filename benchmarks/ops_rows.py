@@ -38,6 +38,7 @@ from ledgerstore.aio import Client
 from ledgerstore.bench import WriteOptions, run_writes
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerStoreError
+from ledgerstore.runtime import install_fast_loop, tune_gc
 
 #: (key, name, metric, unit, target, op) of each row, in the order they run
 ROWS = [
@@ -170,7 +171,8 @@ async def _interleaved_ledgers(kit: ModuleType, client: Client, ledgers: int, da
     """``data_bytes`` in ``ledgers`` closed ledgers (E=3 Qw=2 Qa=2) written round-robin, 100
     entries at a time (so every entry log holds all of them); then the disk is let settle, and
     ``settle_s`` pass so that the bookies' checkpoint of all that (every 10 s in a
-    ``LocalCluster``) is not in the writer's baseline."""
+    ``LocalCluster``) has begun; the caller waits for the disk to settle after it
+    (:func:`run_all.settled_disk`) before the writer's baseline."""
     w = await run_writes(client, WriteOptions(ensemble=3, write_quorum=2, ack_quorum=2, entry_size=entry_size,
                                               ledgers=ledgers, count=data_bytes // entry_size, keep_ledgers=True,
                                               batch=100))
@@ -178,7 +180,6 @@ async def _interleaved_ledgers(kit: ModuleType, client: Client, ledgers: int, da
         raise LedgerStoreError(f"writing {ledgers} interleaved ledgers failed: {w.first_error}")
     await asyncio.to_thread(kit.quiet_disk)
     await asyncio.sleep(settle_s)
-    await asyncio.to_thread(kit.quiet_disk)
     return w
 
 
@@ -230,8 +231,9 @@ async def _catchup(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str],
     evicted = await asyncio.to_thread(_checkpoint_and_evict, cluster)
     ceiling = await asyncio.to_thread(disk_read_ceiling, ceiling_file)
     async with Client(metadata=cluster.metadata) as client:
+        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
         solo = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
-        await asyncio.to_thread(kit.quiet_disk)
+        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
         reader = _start_reader(cluster.metadata, lid)
         try:
             during = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
@@ -246,6 +248,7 @@ async def _catchup(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str],
         "catchup_ledger": {"bytes": w.entries * entry_size, "entry_size": entry_size,
                            "ensemble": "E=3 Qw=1 Qa=1", "bytes_evicted": evicted},
         "disk_read_ceiling": ceiling, "catchup_read": read, "read_share_of_ceiling": read_share,
+        "settled_disk_before_solo_and_during": settled,
         "writer_solo": solo, "writer_during_catchup": during,
         "p99_solo_ms": p99_solo, "p99_during_ms": p99_during,
         "latency_ms": during["latency_ms"],
@@ -259,7 +262,7 @@ async def _catchup(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str],
 SESSION_S = 4
 #: each replication worker's copy throttle in the recovery row (BookKeeper's
 #: replicationRateByBytes): four surviving workers copy at most 4 x this
-RECOVERY_BYTES_PER_S = 16 * 1000 * 1000
+RECOVERY_BYTES_PER_S = 8 * 1000 * 1000
 
 
 def recovery_config() -> str:
@@ -308,7 +311,9 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
     seconds = 3.0 if plan.tiny else 20.0
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
+        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
         before = await _writer(kit, client, rate, seconds, urls, cluster.data_dir, 3, 2, 2)
+        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
         victim = cluster.n - 1
         held = du([cluster.config_path(victim).parent / "ledgers"])
         dead_urls = {k: v for k, v in urls.items() if k != f"bookie{victim}"}
@@ -333,6 +338,7 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
         "session_timeout_s": SESSION_S, **watch,
         "rereplicating_s": None if busy is None else round(busy, 2),
         "ledgers_per_minute": per_min, "mb_per_s": round(held / 1e6 / busy, 1) if busy else 0.0,
+        "settled_disk_before_and_during": settled,
         "writer_before": before, "writer_during_recovery": during,
         "p99_before_ms": p99_before, "p99_during_ms": p99_during, "p99_ratio": _ratio(p99_during, p99_before),
         "latency_ms": during["latency_ms"],
@@ -363,7 +369,9 @@ async def _gc_reclaim(kit: ModuleType, cluster: LocalCluster, urls: dict[str, st
     dirs = ledger_dirs(cluster)
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
+        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
         before = await _writer(kit, client, rate, chunk, urls, cluster.data_dir)  # its ledger is deleted
+        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
         used_full = du(dirs)
         keep = w.ledger_ids[: max(1, ledgers // 10)]
         t0 = time.monotonic()
@@ -396,6 +404,7 @@ async def _gc_reclaim(kit: ModuleType, cluster: LocalCluster, urls: dict[str, st
         "ledger_dirs_bytes_end": used_end, "deleting_s": round(deleted_s, 2),
         "reclaimed_within_20pct_after_s": None if reclaimed_at is None else round(reclaimed_at, 1),
         "du_samples_s_bytes": samples, "writer_runs_s": chunk,
+        "settled_disk_before_and_during": settled,
         "writer_before": before, "writer_worst_run_during_gc": worst,
         "p99_before_ms": p99_before, "p99_during_ms": p99_during, "p99_ratio": _ratio(p99_during, p99_before),
         "p99_per_run_ms": [r["latency_ms"]["p99"] for r in runs],
@@ -463,4 +472,8 @@ async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] != "read":
         sys.exit(f"usage: {sys.argv[0]} read METADATA LEDGER_ID")
+    # as an application whose hot loop is the client would run it (and as ``ledgerstore bench``
+    # and the writer's process do): uvloop when installed, the collector tuned
+    install_fast_loop()
+    tune_gc()
     print(json.dumps(asyncio.run(_read(sys.argv[2], int(sys.argv[3])))))

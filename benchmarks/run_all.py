@@ -182,6 +182,52 @@ def quiet_disk(limit_mb: float = 32.0, timeout: float = 60.0) -> dict[str, float
             "waited_s": round(time.perf_counter() - t0, 2)}
 
 
+#: a disk is settled once every probe fdatasync of this many seconds took at most SETTLED_MS
+SETTLED_FOR_S = 3.0
+#: the slowest probe fdatasync of a settled disk (this one's take 0.3-1.2 ms when nothing else
+#: writes; a write-back burst makes them take 50-900 ms)
+SETTLED_MS = 10.0
+
+
+def settled_disk(directory: Path, timeout: float = 180.0) -> dict[str, float]:
+    """:func:`quiet_disk`, then wait until the disk answers an fdatasync promptly again: a 4 KiB
+    append + fdatasync in ``directory`` every 100 ms until those of the last
+    :data:`SETTLED_FOR_S` seconds each took at most :data:`SETTLED_MS`. The page cache's dirty
+    bytes do not show every write still to come: the bookies' own checkpoint of data just
+    written (entry logs and index flushed and fsynced), or a virtual disk still writing out what
+    its host cached, stall every fsync on the machine for hundreds of milliseconds after
+    ``sync`` returned. A writer's baseline, or the window a row measures, starts after them.
+    Returns how long it waited and the slowest probe of the settled seconds."""
+    t0 = time.perf_counter()
+    quiet = quiet_disk()
+    path = directory / "settle-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    block = os.urandom(4096)
+    recent: list[tuple[float, float]] = []
+    worst = 0.0
+    try:
+        while True:
+            os.write(fd, block)
+            t = time.perf_counter()
+            os.fdatasync(fd)
+            now = time.perf_counter()
+            ms = (now - t) * 1000
+            worst = max(worst, ms)
+            recent = [(at, x) for at, x in recent if now - at <= SETTLED_FOR_S] + [(now, ms)]
+            settled = now - t0 >= SETTLED_FOR_S and recent[0][0] <= now - SETTLED_FOR_S + 0.2 \
+                and max(x for _, x in recent) <= SETTLED_MS
+            if settled or now - t0 >= timeout:
+                break
+            time.sleep(0.1)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return {"waited_s": round(time.perf_counter() - t0, 2), "settled": settled,
+            "slowest_probe_ms_while_waiting": round(worst, 1),
+            "slowest_probe_ms_settled": round(max(x for _, x in recent), 2),
+            "dirty_mb_before": quiet["dirty_mb_before"]}
+
+
 def rss_mb(pid: int) -> float:
     """Resident set size of process ``pid`` in MB (10^6 bytes), from /proc."""
     with open(f"/proc/{pid}/status") as fh:

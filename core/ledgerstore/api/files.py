@@ -11,7 +11,10 @@ and writes on an open file, its size, sync and truncate; and on names: list, mak
 remove, rename, and sync a directory so that creations and removals in it are durable. Reading
 ahead is a capability: :meth:`StorageFile.cold` says whether a read would wait for the device
 (``preadv`` with ``RWF_NOWAIT`` where the kernel has it); a file system that cannot tell answers
-False ("already cached"), and the engine then reads nothing ahead.
+False ("already cached"), and the engine then reads nothing ahead. Reading ahead is the engine's
+alone: the operating system's files are opened with the kernel's own read-ahead off
+(``POSIX_FADV_RANDOM``), so how much a bookie's reads queue in front of its journal's fsyncs is
+bounded by the engine's chunks, not by the machine's ``read_ahead_kb``.
 
 Errors are :class:`OSError`, as the operating system reports them (``FileNotFoundError``,
 ``FileExistsError``, EIO, ENOSPC): the engine turns them into its own errors, naming the file.
@@ -24,6 +27,7 @@ through the ``os`` module at each call, so a test that patches them sees the eng
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Protocol
@@ -100,6 +104,22 @@ class StorageFiles(Protocol):
 
 
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+_FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", None)
+
+
+def _no_kernel_readahead(fd: int) -> None:
+    """Turn the kernel's read-ahead off for ``fd`` (``POSIX_FADV_RANDOM``) where it can be.
+
+    The engines read what they need in bounded chunks (a window of records, a 1 MiB chunk of
+    an entry log read ahead, a 4 MiB chunk of a compaction scan). On top of those the kernel
+    reads ahead up to the device's ``read_ahead_kb`` per sequential stream, 8 MiB on some
+    machines: a catch-up reader's streams then queue tens of MiB of reads in the device ahead
+    of the journal's next fsync, and every writer of the bookie waits behind them
+    (``docs/performance.md``, "Catch-up reads beside writers")."""
+    if _FADV_RANDOM is None:
+        return
+    with contextlib.suppress(OSError):  # a file system without it reads ahead as before
+        os.posix_fadvise(fd, 0, 0, _FADV_RANDOM)
 
 
 class OsStorageFile:
@@ -163,7 +183,9 @@ class OsStorageFiles:
             flags |= os.O_CREAT | (os.O_EXCL if exclusive else 0)
         if truncate:
             flags |= os.O_TRUNC
-        return OsStorageFile(os.open(path, flags, 0o644))
+        fd = os.open(path, flags, 0o644)
+        _no_kernel_readahead(fd)
+        return OsStorageFile(fd)
 
     def listdir(self, directory: Path) -> list[str]:
         return os.listdir(directory)
