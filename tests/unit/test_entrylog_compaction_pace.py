@@ -1,0 +1,106 @@
+"""The entrylog engine's compaction throttle (``compaction_rate_by_bytes``,
+``compaction_rate_by_entries``): a compaction sleeps between batches, with no lock held, as long
+as it is ahead of a rate, counting every record it reads (dead ones too). Time is faked here: the
+tests count the seconds the compaction asks to sleep, never how long it took."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ledgerstore.errors import ConfigError
+from ledgerstore_entrylog import EntryLogStorage
+from ledgerstore_entrylog import compactor as compactor_module
+
+MiB = 1024 * 1024
+
+
+class FakeTime:
+    """``time.monotonic`` and ``time.sleep`` of the compactor: sleeping advances the clock."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    fake = FakeTime()
+    monkeypatch.setattr(compactor_module, "time", fake)
+    return fake
+
+
+def test_the_pace_sleeps_only_while_ahead_of_either_rate(fake_time: FakeTime) -> None:
+    pace = compactor_module.Pace(bytes_per_s=1 * MiB, entries_per_s=1000)
+    pace.start()
+    assert pace.step(MiB // 2, 10) == pytest.approx(0.5)  # ahead of the bytes rate
+    fake_time.now += 2.0  # slower than both rates meanwhile (the disk, the lock)
+    assert pace.step(MiB // 2, 10) == 0.0
+    assert pace.step(0, 3000) == pytest.approx(3.02 - 2.5)  # now ahead of the entries rate
+    unthrottled = compactor_module.Pace()
+    unthrottled.start()
+    assert unthrottled.unthrottled and unthrottled.step(10 * MiB, 100_000) == 0.0
+
+
+def write_two_ledgers(path: Path, **options: float) -> EntryLogStorage:
+    """Two ledgers of 2 MiB each interleaved in one finished log, ledger 2 deleted: the log is
+    half dead, a compaction candidate."""
+    e = EntryLogStorage([path], flush_entrylog_bytes=0, **options)
+    e.open()
+    for start in range(0, 2048, 64):
+        for lid in (1, 2):
+            e.add_entries(lid, [(eid, bytes(1000)) for eid in range(start, start + 64)])
+    e.flush()
+    e.close()
+    e = EntryLogStorage([path], flush_entrylog_bytes=0, **options)
+    e.open()
+    e.delete_ledger(2)
+    return e
+
+
+def test_a_compaction_reads_its_log_at_the_configured_rate(tmp_path: Path, fake_time: FakeTime) -> None:
+    e = write_two_ledgers(tmp_path, compaction_rate_by_bytes=1 * MiB)
+    try:
+        e.compact(0.8)
+        assert e.stats().extra["compactions"] == 1
+        # every record read counts, the dead half too: about 4 MiB of records at 1 MiB/s
+        assert 3.9 <= sum(fake_time.slept) <= 4.2, sum(fake_time.slept)
+        assert len(fake_time.slept) > 10  # paced between batches, not once at the end
+        assert e.get_entry(1, 2047) == bytes(1000)
+    finally:
+        e.close()
+
+
+def test_a_compaction_can_be_paced_by_records(tmp_path: Path, fake_time: FakeTime) -> None:
+    e = write_two_ledgers(tmp_path, compaction_rate_by_bytes=math.inf, compaction_rate_by_entries=1000)
+    try:
+        e.compact(0.8)
+        assert 4.0 <= sum(fake_time.slept) <= 4.2, sum(fake_time.slept)  # 4,096 records at 1,000/s
+    finally:
+        e.close()
+
+
+def test_an_unthrottled_compaction_never_sleeps(tmp_path: Path, fake_time: FakeTime) -> None:
+    e = write_two_ledgers(tmp_path, compaction_rate_by_bytes=math.inf)
+    try:
+        e.compact(0.8)
+        assert e.stats().extra["compactions"] == 1 and fake_time.slept == []
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("name", ["compaction_rate_by_bytes", "compaction_rate_by_entries"])
+@pytest.mark.parametrize("rate", [0, -1, "fast"])
+def test_a_rate_of_zero_or_below_is_a_one_line_config_error(tmp_path: Path, name: str, rate: object) -> None:
+    with pytest.raises(ConfigError, match=f"option '{name}' = .* (is out of range: must be|is not) a number >= 1") as err:
+        EntryLogStorage([tmp_path], **{name: rate})
+    assert "\n" not in str(err.value)
