@@ -144,6 +144,14 @@ def settle(row: Any, measured: float, **other_targets: bool) -> None:
         row.passed = False
 
 
+async def _settled(kit: ModuleType, cluster: LocalCluster, plan: Any) -> dict[str, Any]:
+    """Wait for a settled disk (:func:`run_all.settled_disk`; half a second of prompt fsyncs with
+    ``--tiny``, whose rows check their shape, not their figures)."""
+    result: dict[str, Any] = await asyncio.to_thread(kit.settled_disk, cluster.data_dir,
+                                                     for_s=0.5 if plan.tiny else kit.SETTLED_FOR_S)
+    return result
+
+
 def _ratio(during: float, solo: float) -> float:
     return round(during / solo, 2) if solo > 0 else float("inf")
 
@@ -231,9 +239,9 @@ async def _catchup(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str],
     evicted = await asyncio.to_thread(_checkpoint_and_evict, cluster)
     ceiling = await asyncio.to_thread(disk_read_ceiling, ceiling_file)
     async with Client(metadata=cluster.metadata) as client:
-        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
+        settled = [await _settled(kit, cluster, plan)]
         solo = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
-        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
+        settled.append(await _settled(kit, cluster, plan))
         reader = _start_reader(cluster.metadata, lid)
         try:
             during = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
@@ -311,9 +319,9 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
     seconds = 3.0 if plan.tiny else 20.0
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
-        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
+        settled = [await _settled(kit, cluster, plan)]
         before = await _writer(kit, client, rate, seconds, urls, cluster.data_dir, 3, 2, 2)
-        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
+        settled.append(await _settled(kit, cluster, plan))
         victim = cluster.n - 1
         held = du([cluster.config_path(victim).parent / "ledgers"])
         dead_urls = {k: v for k, v in urls.items() if k != f"bookie{victim}"}
@@ -369,9 +377,9 @@ async def _gc_reclaim(kit: ModuleType, cluster: LocalCluster, urls: dict[str, st
     dirs = ledger_dirs(cluster)
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
-        settled = [await asyncio.to_thread(kit.settled_disk, cluster.data_dir)]
+        settled = [await _settled(kit, cluster, plan)]
         before = await _writer(kit, client, rate, chunk, urls, cluster.data_dir)  # its ledger is deleted
-        settled.append(await asyncio.to_thread(kit.settled_disk, cluster.data_dir))
+        settled.append(await _settled(kit, cluster, plan))
         used_full = du(dirs)
         keep = w.ledger_ids[: max(1, ledgers // 10)]
         t0 = time.monotonic()

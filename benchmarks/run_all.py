@@ -189,10 +189,10 @@ SETTLED_FOR_S = 3.0
 SETTLED_MS = 10.0
 
 
-def settled_disk(directory: Path, timeout: float = 180.0) -> dict[str, float]:
+def settled_disk(directory: Path, timeout: float = 180.0, for_s: float = SETTLED_FOR_S) -> dict[str, float]:
     """:func:`quiet_disk`, then wait until the disk answers an fdatasync promptly again: a 4 KiB
-    append + fdatasync in ``directory`` every 100 ms until those of the last
-    :data:`SETTLED_FOR_S` seconds each took at most :data:`SETTLED_MS`. The page cache's dirty
+    append + fdatasync in ``directory`` every 100 ms until those of the last ``for_s`` seconds
+    each took at most :data:`SETTLED_MS`. The page cache's dirty
     bytes do not show every write still to come: the bookies' own checkpoint of data just
     written (entry logs and index flushed and fsynced), or a virtual disk still writing out what
     its host cached, stall every fsync on the machine for hundreds of milliseconds after
@@ -213,8 +213,8 @@ def settled_disk(directory: Path, timeout: float = 180.0) -> dict[str, float]:
             now = time.perf_counter()
             ms = (now - t) * 1000
             worst = max(worst, ms)
-            recent = [(at, x) for at, x in recent if now - at <= SETTLED_FOR_S] + [(now, ms)]
-            settled = now - t0 >= SETTLED_FOR_S and recent[0][0] <= now - SETTLED_FOR_S + 0.2 \
+            recent = [(at, x) for at, x in recent if now - at <= for_s] + [(now, ms)]
+            settled = now - t0 >= for_s and recent[0][0] <= now - for_s + 0.2 \
                 and max(x for _, x in recent) <= SETTLED_MS
             if settled or now - t0 >= timeout:
                 break
