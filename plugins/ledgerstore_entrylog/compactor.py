@@ -36,6 +36,8 @@ _INDEX_UPDATE_CHUNK = 256
 # compacted, and one rolls only at entry_log_size_limit (1 GiB), so the space of ledgers deleted
 # while it was written came back only once it filled up or the bookie restarted
 _GC_ROLL_DEAD_BYTES = 1024 * 1024
+# A throttled compaction looks this often whether a checkpoint or a close waits for it (Pace).
+_HURRY_POLL_S = 0.05
 
 
 class Pace:
@@ -45,11 +47,20 @@ class Pace:
     copied or not, where BookKeeper counts only the entries it re-adds: a log that is 90% dead
     is read whole, and reading it costs the disk and the CPU the writers need (without a
     throttle, three bookies compacting at once held the writers' p99 at 12x their solo p99:
-    ``docs/performance.md``, "Disk that comes back"). ``math.inf`` leaves a rate unthrottled."""
+    ``docs/performance.md``, "Disk that comes back"). ``math.inf`` leaves a rate unthrottled.
 
-    def __init__(self, bytes_per_s: float = math.inf, entries_per_s: float = math.inf) -> None:
+    A compaction holds the engine's ``flush_mutex`` for its whole pass, so a close (a SIGTERM)
+    would wait out the throttle: while one waits, ``hurry`` is set and the pace stops sleeping,
+    within :data:`_HURRY_POLL_S`. (A waiting ``flush()`` is served otherwise: the compaction
+    runs a checkpoint for it between two batches.)"""
+
+    def __init__(self, bytes_per_s: float = math.inf, entries_per_s: float = math.inf,
+                 hurry: threading.Event | None = None) -> None:
         self.bytes_per_s = bytes_per_s
         self.entries_per_s = entries_per_s
+        #: set by whoever waits for the compaction's ``flush_mutex``
+        #: (:meth:`EngineState.urgent_flush_mutex`)
+        self.hurry = hurry if hurry is not None else threading.Event()
         self._t0 = 0.0
         self._bytes = 0
         self._entries = 0
@@ -72,10 +83,12 @@ class Pace:
             return 0.0
         due = max(self._bytes / self.bytes_per_s, self._entries / self.entries_per_s)
         ahead = due - (time.monotonic() - self._t0)
-        if ahead <= 0:
-            return 0.0
-        time.sleep(ahead)
-        return ahead
+        slept = 0.0
+        while slept < ahead and not self.hurry.is_set():
+            nap = min(ahead - slept, _HURRY_POLL_S)
+            time.sleep(nap)
+            slept += nap
+        return slept
 
 
 class Compactor:
@@ -89,6 +102,7 @@ class Compactor:
         self._checkpointer = checkpointer
         #: the throttle of :meth:`compact` (unthrottled when None is given)
         self.pace = pace if pace is not None else Pace()
+        self.pace.hurry = state.hurry
 
     def gc(self, threshold: float) -> None:
         """Delete entry logs that hold no live ledger, then run a minor compaction (logs whose
@@ -217,6 +231,11 @@ class Compactor:
                 self._copy_live(lg, batch, moved)
                 pace.step(batch_bytes, len(batch))
                 batch, batch_bytes = [], 0
+                if st.flush_waiters:
+                    # A flush() waits for the mutex this pass holds: checkpoint for it (the copies
+                    # so far are records in the active log like any other; the index still points
+                    # at the old log until the pass ends).
+                    self._checkpointer.checkpoint()
         if batch:
             self._copy_live(lg, batch, moved)
         if not scanner.clean:

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ledgerstore.api import OS_STORAGE_FILES, StorageFiles
@@ -175,6 +176,16 @@ class EngineState:
         self.lock = threading.Lock()
         #: serialises checkpoint, GC, compaction and close; only they close or delete entry logs
         self.flush_mutex = threading.Lock()
+        #: set while a close waits for ``flush_mutex``: a throttled compaction holding it
+        #: finishes its pass at full speed (:meth:`urgent_flush_mutex`)
+        self.hurry = threading.Event()
+        self._urgent_waiters = 0
+        #: flush() calls waiting for ``flush_mutex``: a compaction holding it runs a checkpoint
+        #: for them between two batches (``Checkpointer.flush``)
+        self.flush_waiters = 0
+        #: checkpoints numbered as they start, and the number of the last one that succeeded
+        self.checkpoints_started = 0
+        self.checkpoints_done = 0
         #: every ledger stored, by id
         self.ledgers: dict[int, CachedLedger] = {}
         #: every entry log file, by log id
@@ -194,6 +205,27 @@ class EngineState:
         #: the first checkpoint or write-back failure; once set every flush() fails
         self.flush_failure = ""
         self.counters = EngineCounters()
+
+    @contextmanager
+    def urgent_flush_mutex(self) -> Iterator[None]:
+        """Hold ``flush_mutex`` for a close, which must not wait out a throttled compaction:
+        while this waits, :attr:`hurry` is set and the compaction's pace stops sleeping.
+        ``self.lock`` not held."""
+        if not self.flush_mutex.acquire(blocking=False):
+            with self.lock:
+                self._urgent_waiters += 1
+                self.hurry.set()
+            try:
+                self.flush_mutex.acquire()
+            finally:
+                with self.lock:
+                    self._urgent_waiters -= 1
+                    if self._urgent_waiters == 0:
+                        self.hurry.clear()
+        try:
+            yield
+        finally:
+            self.flush_mutex.release()
 
     def check_open(self) -> None:
         """BookieIOError unless the engine is open and not yet closed."""

@@ -31,6 +31,9 @@ _FLUSH_LEDGER_CHUNK = 64
 #: waits for the lock, so one hold must stay short however many pages a ledger dirtied (a
 #: compaction or a long write can dirty thousands)
 _FLUSH_PAGES_PER_HOLD = 32
+# A flush() waiting for a compaction's flush_mutex looks this often whether the compaction ran a
+# checkpoint for it (Checkpointer._wait_for_flush_mutex).
+_FLUSH_WAIT_POLL_S = 0.05
 
 
 class Checkpointer:
@@ -132,15 +135,49 @@ class Checkpointer:
         """Checkpoint: write and fsync the entry logs, then write and fsync every dirty index page
         and header. When it returns, everything added before the call is durable."""
         st = self._state
-        with st.flush_mutex:
-            with st.lock:
-                st.check_open()
-            if st.flush_failure:
-                raise BookieIOError(
-                    f"an earlier flush failed ({st.flush_failure}); what is durable is unknown: "
-                    "restart the bookie so the journal is replayed"
-                )
+        with st.lock:
+            # a checkpoint numbered this or later starts after this call: it covers every add
+            # made before it
+            covering = st.checkpoints_started + 1
+        if not self._wait_for_flush_mutex(covering):
+            self._check_flushable()  # a compaction's checkpoint ran for this call
+            return
+        try:
+            self._check_flushable()
             self.checkpoint()
+        finally:
+            st.flush_mutex.release()
+
+    def _wait_for_flush_mutex(self, covering: int) -> bool:
+        """Take ``flush_mutex`` (True), or return False once a checkpoint numbered ``covering``
+        or later has succeeded meanwhile. A compaction holds the mutex for its whole pass, which
+        its throttle stretches to tens of seconds: while this waits, it runs a checkpoint
+        between two batches (``Compactor``), so the bookie's checkpoint, and with it the trim of
+        its journal, does not wait out the pass."""
+        st = self._state
+        if st.flush_mutex.acquire(blocking=False):
+            return True
+        with st.lock:
+            st.flush_waiters += 1
+        try:
+            while not st.flush_mutex.acquire(timeout=_FLUSH_WAIT_POLL_S):
+                with st.lock:
+                    if st.checkpoints_done >= covering:
+                        return False
+            return True
+        finally:
+            with st.lock:
+                st.flush_waiters -= 1
+
+    def _check_flushable(self) -> None:
+        st = self._state
+        with st.lock:
+            st.check_open()
+        if st.flush_failure:
+            raise BookieIOError(
+                f"an earlier flush failed ({st.flush_failure}); what is durable is unknown: "
+                "restart the bookie so the journal is replayed"
+            )
 
     def checkpoint(self) -> None:
         """The checkpoint itself, without the checks of :meth:`flush`; the caller holds
@@ -151,8 +188,14 @@ class Checkpointer:
         bookie's next flush succeed without the index pages it had taken, and the journal was
         trimmed past entries whose index never reached the disk). A full disk does not: what did
         not fit is still buffered or dirty, so the next flush retries it once space comes back."""
+        st = self._state
+        with st.lock:
+            st.checkpoints_started += 1
+            number = st.checkpoints_started
         try:
             self._checkpoint()
+            with st.lock:
+                st.checkpoints_done = number
         except BookieDiskFullError:
             raise
         except BookieIOError as exc:
@@ -254,7 +297,7 @@ class Checkpointer:
             self._flusher.join()
         if self._syncer is not None:
             self._syncer.join()
-        with st.flush_mutex:
+        with st.urgent_flush_mutex():
             if st.closed or not st.opened:
                 st.closed = True
                 return

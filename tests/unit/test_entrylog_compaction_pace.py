@@ -6,11 +6,13 @@ tests count the seconds the compaction asks to sleep, never how long it took."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from ledgerstore.errors import ConfigError
+from ledgerstore.errors import BookieIOError, ConfigError
 from ledgerstore_entrylog import EntryLogStorage
 from ledgerstore_entrylog import compactor as compactor_module
 
@@ -106,3 +108,65 @@ def test_a_rate_of_zero_or_below_is_a_one_line_config_error(tmp_path: Path, name
     with pytest.raises(ConfigError, match=f"option '{name}' = .* (is out of range: must be|is not) a number >= 1") as err:
         EntryLogStorage([tmp_path], **{name: rate})
     assert "\n" not in str(err.value)
+
+
+def start_slow_compaction(e: EntryLogStorage) -> threading.Thread:
+    """Compact ``e`` in a thread; return once the pass is copying (it holds ``flush_mutex``
+    and has slept at least once)."""
+    worker = threading.Thread(target=e.compact, args=(0.8,), name="slow-compaction", daemon=True)
+    state = e.parts.state
+    started = state.counters.compactions
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not (state.flush_mutex.locked() and e.parts.compactor.pace._bytes > 0):
+        assert worker.is_alive() or state.counters.compactions > started, "the compaction ended before it was seen"
+        assert time.monotonic() < deadline, "the compaction did not start"
+        time.sleep(0.01)
+    return worker
+
+
+# At 64 KiB/s the compaction of write_two_ledgers' 4 MiB log takes about a minute: a flush or a
+# close that waited out the pass would take that long.
+SLOW = 64 * 1024
+
+
+def test_a_flush_does_not_wait_out_a_throttled_compaction(tmp_path: Path) -> None:
+    e = write_two_ledgers(tmp_path, compaction_rate_by_bytes=SLOW)
+    try:
+        worker = start_slow_compaction(e)
+        e.add_entries(1, [(2048, b"added during the compaction")])
+        t0 = time.monotonic()
+        e.flush()
+        took = time.monotonic() - t0
+        # the compaction checkpointed for the flush between two batches, and goes on
+        assert took < 10, f"flush() waited {took:.1f}s for the compaction"
+        assert worker.is_alive() and e.stats().extra["compactions"] == 0
+    finally:
+        t0 = time.monotonic()
+        e.close()
+        took = time.monotonic() - t0
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    # the close made the pass finish at full speed rather than at its rate
+    assert took < 20, f"close() waited {took:.1f}s for the compaction"
+    assert e.stats().extra["compactions"] == 1
+    e = EntryLogStorage([tmp_path])
+    e.open()
+    try:
+        assert e.get_entry(1, 2048) == b"added during the compaction"
+        assert all(e.get_entry(1, eid) == bytes(1000) for eid in range(0, 2048, 97))
+    finally:
+        e.close()
+
+
+def test_a_flush_waiting_on_a_compaction_fails_as_the_compactions_checkpoint_did(tmp_path: Path) -> None:
+    e = write_two_ledgers(tmp_path, compaction_rate_by_bytes=SLOW)
+    try:
+        worker = start_slow_compaction(e)
+        e.parts.state.flush_failure = "fdatasync of an entry log failed: injected"
+        with pytest.raises(BookieIOError, match="an earlier flush failed .*injected"):
+            e.flush()
+    finally:
+        e.close()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
