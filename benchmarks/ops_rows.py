@@ -38,6 +38,7 @@ from ledgerstore.aio import Client
 from ledgerstore.bench import WriteOptions, run_writes
 from ledgerstore.cluster import LocalCluster
 from ledgerstore.errors import LedgerStoreError
+from ledgerstore.proto.digest import ENTRY_HEADER, Crc32cDigest
 from ledgerstore.runtime import install_fast_loop, tune_gc
 
 #: (key, name, metric, unit, target, op) of each row, in the order they run
@@ -165,13 +166,21 @@ def _latency(lat: dict[str, Any]) -> dict[str, Any]:
 
 async def _writer(kit: ModuleType, client: Client, rate: float, seconds: float, urls: dict[str, str],
                   probe_dir: Path, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
-                  keep_ledger: bool = False) -> dict[str, Any]:
+                  keep_ledger: bool = False, cluster: LocalCluster | None = None) -> dict[str, Any]:
+    """The latency row's rate-limited writer; with ``cluster``, also the CPU each of its
+    processes and the whole machine used meanwhile (``cpu``: what bounded the run when the cores
+    were busy)."""
+    cpu = kit.CpuMeter(cluster) if cluster is not None else None
+    machine = kit.MachineCpu()
     lat: dict[str, Any] = await kit.rate_limited_adds(client, rate, seconds, 100, ensemble, write_quorum, ack_quorum,
                                                       warmup=min(1.0, seconds / 4), stall_urls=urls,
                                                       probe_dir=probe_dir, keep_ledger=keep_ledger)
     if lat["errors"]:
         raise LedgerStoreError(f"rate-limited adds failed: {lat['first_error']}")
-    return _latency(lat)
+    out = _latency(lat)
+    out["cpu"] = {"machine_busy": machine.busy(), "cores": os.cpu_count(),
+                  "percent_of_a_core": cpu.percent() if cpu is not None else None}
+    return out
 
 
 async def _interleaved_ledgers(kit: ModuleType, client: Client, ledgers: int, data_bytes: int,
@@ -240,11 +249,11 @@ async def _catchup(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str],
     ceiling = await asyncio.to_thread(disk_read_ceiling, ceiling_file)
     async with Client(metadata=cluster.metadata) as client:
         settled = [await _settled(kit, cluster, plan)]
-        solo = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
+        solo = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir, cluster=cluster)
         settled.append(await _settled(kit, cluster, plan))
         reader = _start_reader(cluster.metadata, lid)
         try:
-            during = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir)
+            during = await _writer(kit, client, plan.rate, seconds, urls, cluster.data_dir, cluster=cluster)
         finally:
             # the read rate is the one beside the writer: a reader still reading stops now
             if reader.poll() is None:
@@ -320,7 +329,7 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
         settled = [await _settled(kit, cluster, plan)]
-        before = await _writer(kit, client, rate, seconds, urls, cluster.data_dir, 3, 2, 2)
+        before = await _writer(kit, client, rate, seconds, urls, cluster.data_dir, 3, 2, 2, cluster=cluster)
         settled.append(await _settled(kit, cluster, plan))
         victim = cluster.n - 1
         held = du([cluster.config_path(victim).parent / "ledgers"])
@@ -332,7 +341,7 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
             return await _watch_markers(client, time.monotonic(), 60.0 if plan.tiny else 600.0)
 
         watcher = asyncio.ensure_future(kill_and_watch())
-        during = await _writer(kit, client, rate, seconds, dead_urls, cluster.data_dir, 3, 2, 2)
+        during = await _writer(kit, client, rate, seconds, dead_urls, cluster.data_dir, 3, 2, 2, cluster=cluster)
         watch = await watcher
     took = watch["nothing_under_replicated_after_s"]
     # the rate of re-replication itself: from the first marker (the session timeout and the
@@ -357,8 +366,10 @@ async def _recovery(kit: ModuleType, cluster: LocalCluster, urls: dict[str, str]
 
 # --- gc_reclaim ----------------------------------------------------------------------------------
 
-#: entry-log bytes per entry beyond its data: the record header (length, CRC, ledger and entry ids)
-RECORD_OVERHEAD = 24
+#: entry-log bytes per entry beyond its payload: the record header (length, CRC, ledger and entry
+#: ids), then the entry as the client signed it: its header (ledger id, entry id, LAC) and the
+#: default digest (CRC32C) before the payload
+RECORD_OVERHEAD = 24 + ENTRY_HEADER.size + Crc32cDigest.size
 
 
 def gc_config(tiny: bool) -> str:
@@ -378,7 +389,7 @@ async def _gc_reclaim(kit: ModuleType, cluster: LocalCluster, urls: dict[str, st
     async with Client(metadata=cluster.metadata) as client:
         w = await _interleaved_ledgers(kit, client, ledgers, data_bytes, entry_size, 0 if plan.tiny else 11)
         settled = [await _settled(kit, cluster, plan)]
-        before = await _writer(kit, client, rate, chunk, urls, cluster.data_dir)  # its ledger is deleted
+        before = await _writer(kit, client, rate, chunk, urls, cluster.data_dir, cluster=cluster)  # its ledger is deleted
         settled.append(await _settled(kit, cluster, plan))
         used_full = du(dirs)
         keep = w.ledger_ids[: max(1, ledgers // 10)]
@@ -395,7 +406,8 @@ async def _gc_reclaim(kit: ModuleType, cluster: LocalCluster, urls: dict[str, st
         reclaimed_at = None
         samples: list[tuple[float, int]] = []
         while time.monotonic() - t0 < limit_s:
-            runs.append(await _writer(kit, client, rate, chunk, urls, cluster.data_dir, keep_ledger=True))
+            runs.append(await _writer(kit, client, rate, chunk, urls, cluster.data_dir, keep_ledger=True,
+                                      cluster=cluster))
             used = du(dirs)
             live = kept + sum(r["entries"] + r["warmup_entries"] for r in runs) * writer_record
             samples.append((round(time.monotonic() - t0, 1), used))
@@ -459,6 +471,7 @@ async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4
         handle = await client.open_ledger(ledger_id, password=PASSWORD, recovery=False)
         last = handle.last_add_confirmed
         start = time.perf_counter()
+        cpu0 = time.process_time()
         inflight: list[asyncio.Task[Any]] = []
         first = 0
         while (first <= last or inflight) and not stop.is_set():
@@ -470,11 +483,12 @@ async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4
             entries += len(got)
             nbytes += sum(len(e.payload) for e in got)
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
         for t in inflight:
             t.cancel()
     return {"entries": entries, "bytes": nbytes, "seconds": round(seconds, 3),
             "mb_per_s": round(nbytes / 1e6 / seconds, 1) if seconds else 0.0, "finished": first > last,
-            "stopped": stop.is_set()}
+            "stopped": stop.is_set(), "cpu_percent_of_a_core": round(100 * cpu / seconds, 1) if seconds else 0.0}
 
 
 if __name__ == "__main__":

@@ -254,8 +254,37 @@ class CpuMeter:
         self.c0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
 
     def percent(self) -> dict[str, float]:
+        """Each process's CPU since the meter was made, as % of one core; a process gone since
+        (a bookie killed by the row) is left out."""
         wall = time.perf_counter() - self.t0
-        return {k: round(100 * (cpu_seconds(p) - self.c0[k]) / wall, 1) for k, p in self.pids.items()}
+        out: dict[str, float] = {}
+        for k, p in self.pids.items():
+            try:
+                out[k] = round(100 * (cpu_seconds(p) - self.c0[k]) / wall, 1)
+            except OSError:
+                continue
+        return out
+
+
+class MachineCpu:
+    """The share of the machine's CPU time that was busy (anything but idle and I/O wait) since
+    the meter was made, over every core, from ``/proc/stat``: near 1.0, the cores were the limit
+    whatever ran on them."""
+
+    def __init__(self) -> None:
+        self.t0 = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            # cpu user nice system idle iowait irq softirq steal ...
+            vals = [int(v) for v in fh.readline().split()[1:9]]
+        return sum(vals), vals[3] + vals[4]
+
+    def busy(self) -> float:
+        total, idle = self._read()
+        dt = total - self.t0[0]
+        return round(1 - (idle - self.t0[1]) / dt, 3) if dt > 0 else 0.0
 
 
 def _slope(points: list[tuple[int, float]]) -> float | None:
