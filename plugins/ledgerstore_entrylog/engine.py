@@ -51,6 +51,10 @@ _FLUSH_ENTRYLOG_BYTES = 1 * _MiB
 # at once unthrottled held a 10,000 entries/s writer's p99 at 12x its solo p99 on 2 cores; at
 # this rate a 1 GiB log takes 32 s (docs/performance.md, "Disk that comes back")
 _COMPACTION_RATE_BY_BYTES = 32.0 * _MiB
+# GC deletes an entry log by truncating it in steps at most this fast: a 1 GiB log unlinked at
+# once stalled every fsync on its file system for 60 ms (the blocks it freed are discarded, on a
+# file system mounted with ``discard``, in the commit the journals' fsyncs wait for)
+_DELETE_RATE_BY_BYTES = 256.0 * _MiB
 
 
 class EntryLogStorage(StorageEngine):
@@ -85,6 +89,9 @@ class EntryLogStorage(StorageEngine):
         compaction_rate_by_entries: float = option(math.inf, "entry-log records a compaction reads per second "
                                                    "(BookKeeper's compactionRateByEntries); inf: unthrottled",
                                                    minimum=1)
+        delete_rate_by_bytes: float = option(_DELETE_RATE_BY_BYTES, "entry-log bytes GC frees per second when "
+                                             "it deletes a log (truncated in 16 MiB steps, each made durable); "
+                                             "inf: each log unlinked at once", minimum=1)
         flush_interval: float = option(0.0, "seconds between background flushes (0: only when the bookie "
                                        "flushes)", minimum=0,
                                        maximum=MAX_DURATION_S)
@@ -125,6 +132,7 @@ class EntryLogStorage(StorageEngine):
             files=files,
             schedule=schedule,
             compaction_pace=Pace(opts.compaction_rate_by_bytes, opts.compaction_rate_by_entries),
+            delete_pace=Pace(opts.delete_rate_by_bytes),
         )
         # The add and read paths are bound to their parts once, so an add or a read costs no call
         # more than when the engine was one class; a subclass's override of one is kept.

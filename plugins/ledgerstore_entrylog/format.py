@@ -144,6 +144,15 @@ def log_file_name(log_id: int) -> str:
     return f"entrylog-{log_id:08x}.log"
 
 
+def deleting_path(log_path: Path) -> Path:
+    """Where GC renames an entry log it is deleting in steps; open deletes what it finds there."""
+    return log_path.with_suffix(DELETING_SUFFIX)
+
+
+#: the suffix of an entry log being deleted (:func:`deleting_path`)
+DELETING_SUFFIX = ".deleting"
+
+
 def parse_log_file_name(name: str) -> int | None:
     """The log id of an entry log file name, or None for any other name."""
     if not (name.startswith("entrylog-") and name.endswith(".log") and len(name) == 21):

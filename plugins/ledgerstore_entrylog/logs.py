@@ -15,6 +15,7 @@ from collections.abc import Callable
 from ledgerstore.errors import BookieIOError
 from ledgerstore_entrylog.entrylog import EntryLog, LogScanner
 from ledgerstore_entrylog.format import (
+    DELETING_SUFFIX,
     LOG_HEADER_SIZE,
     OFFSET_MASK,
     RECORD_HEADER_SIZE,
@@ -73,7 +74,9 @@ class EntryLogs:
                 seen[log_id] = st.logs[log_id] = lg
                 self._load_ledger_map(lg)
             for name in names:
-                if name.endswith(".lmap") and parse_log_file_name(name[: -len(".lmap")] + ".log") not in st.logs:
+                if name.endswith(DELETING_SUFFIX) and parse_log_file_name(name[: -len(DELETING_SUFFIX)] + ".log") is not None:
+                    remove_file(files, current / name)  # a log GC was deleting in steps when a crash came
+                elif name.endswith(".lmap") and parse_log_file_name(name[: -len(".lmap")] + ".log") not in st.logs:
                     remove_file(files, current / name)  # left by a crash while its log was being deleted
                 elif name.endswith(".compacting"):
                     log_id = parse_log_file_name(name[: -len(".compacting")] + ".log")

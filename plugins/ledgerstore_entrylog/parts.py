@@ -37,7 +37,7 @@ class EngineParts:
     def build(cls, ledger_dirs: list[Path], *, page_size: int, write_buffer_size: int, log_size_limit: int,
               sync_bytes: int, max_pages: int, flush_interval: float, max_open_files: int = 1024, files: StorageFiles = OS_STORAGE_FILES,
               schedule: Callable[[Callable[[], object]], object] | None = None,
-              compaction_pace: Pace | None = None) -> EngineParts:
+              compaction_pace: Pace | None = None, delete_pace: Pace | None = None) -> EngineParts:
         """Compose the parts over one new state, each given what it needs (``files`` and
         ``schedule``: :class:`~ledgerstore_entrylog.state.EngineState`)."""
         state = EngineState(ledger_dirs, page_size=page_size, write_buffer_size=write_buffer_size,
@@ -46,7 +46,7 @@ class EngineParts:
         cache = LedgerCache(state, logs, max_pages, max_open_files)
         checkpointer = Checkpointer(state, logs, cache, flush_interval)
         return cls(state, logs, cache, Writer(state, logs, cache), Reader(state, cache), checkpointer,
-                   Compactor(state, logs, cache, checkpointer, compaction_pace))
+                   Compactor(state, logs, cache, checkpointer, compaction_pace, delete_pace))
 
     def open(self) -> None:
         """Load the entry logs (ledger maps, or a scan when a map is missing) and the index

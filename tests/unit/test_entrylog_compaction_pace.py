@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ledgerstore.api.files import OsStorageFile
 from ledgerstore.errors import BookieIOError, ConfigError
 from ledgerstore_entrylog import EntryLogStorage
 from ledgerstore_entrylog import compactor as compactor_module
@@ -102,7 +103,7 @@ def test_an_unthrottled_compaction_never_sleeps(tmp_path: Path, fake_time: FakeT
         e.close()
 
 
-@pytest.mark.parametrize("name", ["compaction_rate_by_bytes", "compaction_rate_by_entries"])
+@pytest.mark.parametrize("name", ["compaction_rate_by_bytes", "compaction_rate_by_entries", "delete_rate_by_bytes"])
 @pytest.mark.parametrize("rate", [0, -1, "fast"])
 def test_a_rate_of_zero_or_below_is_a_one_line_config_error(tmp_path: Path, name: str, rate: object) -> None:
     with pytest.raises(ConfigError, match=f"option '{name}' = .* (is out of range: must be|is not) a number >= 1") as err:
@@ -170,3 +171,79 @@ def test_a_flush_waiting_on_a_compaction_fails_as_the_compactions_checkpoint_did
         e.close()
     worker.join(timeout=30)
     assert not worker.is_alive()
+
+
+def dead_log_of_two_mib(path: Path, **options: float) -> EntryLogStorage:
+    """An engine over ``path`` whose one finished log (2 MiB of ledger 2, 1 KiB of ledger 1)
+    holds only a deleted ledger's entries once ledger 1's entry moved on: GC deletes it whole."""
+    e = EntryLogStorage([path], flush_entrylog_bytes=0, compaction_rate_by_bytes=math.inf, **options)
+    e.open()
+    e.add_entries(2, [(eid, bytes(1000)) for eid in range(2048)])
+    e.flush()
+    e.close()
+    e = EntryLogStorage([path], flush_entrylog_bytes=0, compaction_rate_by_bytes=math.inf, **options)
+    e.open()
+    e.add_entries(1, [(0, b"live")])
+    e.delete_ledger(2)
+    return e
+
+
+def log_files(path: Path) -> list[str]:
+    return sorted(p.name for p in (path / "current").iterdir() if p.is_file())
+
+
+def test_gc_deletes_a_large_log_in_durable_steps_at_the_delete_rate(
+        tmp_path: Path, fake_time: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compactor_module, "_DELETE_STEP_BYTES", 256 * 1024)
+    e = dead_log_of_two_mib(tmp_path, delete_rate_by_bytes=1 * MiB)
+    steps: list[int] = []
+    truncate = OsStorageFile.truncate
+
+    def counting(self: OsStorageFile, size: int) -> None:
+        steps.append(size)
+        truncate(self, size)
+
+    monkeypatch.setattr(OsStorageFile, "truncate", counting)
+    try:
+        before = e.stats().bytes_reclaimed
+        e.gc()
+        # the log shrank from its end a step at a time, down to nothing, then went
+        assert len(steps) >= 8 and steps == sorted(steps, reverse=True) and steps[-1] == 0
+        assert 1.8 <= sum(fake_time.slept) <= 2.3, sum(fake_time.slept)  # about 2 MiB at 1 MiB/s
+        assert e.stats().bytes_reclaimed - before > 2 * MiB
+        assert not [n for n in log_files(tmp_path) if n.endswith(".deleting")]
+        assert e.get_entry(1, 0) == b"live"
+    finally:
+        e.close()
+
+
+def test_an_unthrottled_delete_unlinks_at_once(tmp_path: Path, fake_time: FakeTime) -> None:
+    e = dead_log_of_two_mib(tmp_path, delete_rate_by_bytes=math.inf)
+    try:
+        e.gc()
+        assert fake_time.slept == [] and e.stats().extra["entry_logs"] == 1
+    finally:
+        e.close()
+
+
+def test_a_log_left_mid_deletion_by_a_crash_is_deleted_at_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compactor_module, "_DELETE_STEP_BYTES", 256 * 1024)
+    e = dead_log_of_two_mib(tmp_path)
+
+    def crash(self: object, path: Path, size: int) -> None:
+        raise KeyboardInterrupt("the bookie died here")
+
+    monkeypatch.setattr(compactor_module.Compactor, "_shrink_and_remove", crash)
+    e.flush()
+    with pytest.raises(KeyboardInterrupt):
+        e.gc()
+    left = log_files(tmp_path)
+    assert [n for n in left if n.endswith(".deleting")], left  # renamed, not yet deleted
+    again = EntryLogStorage([tmp_path])  # the old engine is never closed: a crash
+    again.open()
+    try:
+        assert not [n for n in log_files(tmp_path) if n.endswith(".deleting")]
+        assert again.get_entry(1, 0) == b"live"
+        assert again.stats().ledgers == 1
+    finally:
+        again.close()
