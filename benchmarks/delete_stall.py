@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ledgerstore.api import OS_STORAGE_FILES
+
 _MiB = 1024 * 1024
 
 
@@ -31,14 +33,6 @@ def _write(path: Path, size: int) -> None:
         chunk = b"\1" * (8 * _MiB)
         for _ in range(size // len(chunk)):
             os.write(fd, chunk)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -91,7 +85,7 @@ def trial(directory: Path, size: int, how: str, step: int, rate: float) -> dict[
         os.unlink(big)
     else:
         _delete_in_steps(big, step, rate)
-    _fsync_dir(directory)
+    OS_STORAGE_FILES.sync_dir(directory)
     seconds = time.perf_counter() - t0
     time.sleep(2)
     stop.set()
