@@ -249,6 +249,11 @@ class BookieConfig:
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: milliseconds between garbage collections of deleted ledgers (<= 0 disables; gcWaitTime)
     gc_wait_time_ms: int = 900_000
+    #: each wait between two garbage collections is gc_wait_time_ms times a random factor in
+    #: [1 - jitter, 1 + jitter], the first one after start-up from half to one and a half of it
+    #: (0 waits exactly gc_wait_time_ms, from start-up): bookies started together
+    #: (a deploy) do not compact in the same seconds, which a write quorum would wait for
+    gc_wait_time_jitter: float = 0.1
     #: minor compaction rewrites entry logs with less than this live fraction (<= 0 disables)
     minor_compaction_threshold: float = 0.2
     #: seconds between minor compactions
@@ -314,6 +319,9 @@ class BookieConfig:
             problems.append("'max_connections' must be at least 1")
         if self.idle_connection_timeout_s <= 0:
             problems.append("'idle_connection_timeout_s' must be positive")
+        if not 0.0 <= self.gc_wait_time_jitter < 1.0:
+            problems.append(f"'gc_wait_time_jitter' = {self.gc_wait_time_jitter} must be at least 0 and below 1 "
+                            "(a fraction of gc_wait_time_ms)")
         if self.num_read_worker_threads < 0:
             problems.append(f"'num_read_worker_threads' = {self.num_read_worker_threads} must be >= 0 "
                             "(0 = read on the event loop)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
@@ -82,10 +83,24 @@ class GarbageCollector:
             return (kind, stats)
         return None
 
+    def wait_s(self, first: bool) -> float:
+        """Seconds until the next pass: ``gc_wait_time_ms`` times a random factor within
+        ``gc_wait_time_jitter`` of 1; the first pass after start-up at a random point of a whole
+        interval (from half to one and a half of it), so that bookies started together drift
+        apart at once instead of compacting in step."""
+        interval = self.config.gc_wait_time_ms / 1000.0
+        jitter = self.config.gc_wait_time_jitter
+        if jitter <= 0:
+            return interval
+        spread = 0.5 if first else jitter
+        return interval * random.uniform(1.0 - spread, 1.0 + spread)
+
     async def run(self) -> None:
-        """Collect every ``gc_wait_time_ms`` until cancelled."""
+        """Collect every ``gc_wait_time_ms`` (:meth:`wait_s`) until cancelled."""
+        first = True
         while True:
-            await asyncio.sleep(self.config.gc_wait_time_ms / 1000.0)
+            await asyncio.sleep(self.wait_s(first))
+            first = False
             t0 = time.perf_counter()
             try:
                 result = await self.collect()
