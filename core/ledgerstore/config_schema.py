@@ -177,6 +177,12 @@ class BookieConfig:
     storage: str = "entrylog"
     #: checkpoint interval: flush the storage engine and advance the journal mark (flushInterval)
     flush_interval_ms: int = 60_000
+    #: the periodic checkpoint (flush_interval_ms) and garbage collection (gc_wait_time_ms) each
+    #: wait their interval times a random factor within this fraction of 1, and the first time
+    #: after start-up from half to one and a half of it: bookies started together (a deploy) do
+    #: not flush or compact in the same seconds, which a write quorum would wait for (0: exactly
+    #: the interval, from start-up)
+    background_timer_jitter: float = 0.1
     #: largest wire frame accepted, in bytes (4 KiB to 1 GiB); larger ones are refused before
     #: allocation. It also bounds what one connection buffers of an unfinished frame
     max_frame_size: int = 5 * 1024 * 1024
@@ -249,11 +255,6 @@ class BookieConfig:
     metadata_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: milliseconds between garbage collections of deleted ledgers (<= 0 disables; gcWaitTime)
     gc_wait_time_ms: int = 900_000
-    #: each wait between two garbage collections is gc_wait_time_ms times a random factor in
-    #: [1 - jitter, 1 + jitter], the first one after start-up from half to one and a half of it
-    #: (0 waits exactly gc_wait_time_ms, from start-up): bookies started together
-    #: (a deploy) do not compact in the same seconds, which a write quorum would wait for
-    gc_wait_time_jitter: float = 0.1
     #: minor compaction rewrites entry logs with less than this live fraction (<= 0 disables)
     minor_compaction_threshold: float = 0.2
     #: seconds between minor compactions
@@ -319,9 +320,9 @@ class BookieConfig:
             problems.append("'max_connections' must be at least 1")
         if self.idle_connection_timeout_s <= 0:
             problems.append("'idle_connection_timeout_s' must be positive")
-        if not 0.0 <= self.gc_wait_time_jitter < 1.0:
-            problems.append(f"'gc_wait_time_jitter' = {self.gc_wait_time_jitter} must be at least 0 and below 1 "
-                            "(a fraction of gc_wait_time_ms)")
+        if not 0.0 <= self.background_timer_jitter < 1.0:
+            problems.append(f"'background_timer_jitter' = {self.background_timer_jitter} must be at least 0 and "
+                            "below 1 (a fraction of the interval)")
         if self.num_read_worker_threads < 0:
             problems.append(f"'num_read_worker_threads' = {self.num_read_worker_threads} must be >= 0 "
                             "(0 = read on the event loop)")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from typing import Any
 
 from ledgerstore.api import MetadataStore, StorageEngine
 from ledgerstore.bookie.compaction import CompactionControl
 from ledgerstore.bookie.ledger_state import LedgerDescriptors
+from ledgerstore.bookie.timers import jittered
 from ledgerstore.config import BookieConfig
 from ledgerstore.meta.ledgers import LedgerManager
 from ledgerstore.stalls import peaks
@@ -83,24 +83,11 @@ class GarbageCollector:
             return (kind, stats)
         return None
 
-    def wait_s(self, first: bool) -> float:
-        """Seconds until the next pass: ``gc_wait_time_ms`` times a random factor within
-        ``gc_wait_time_jitter`` of 1; the first pass after start-up at a random point of a whole
-        interval (from half to one and a half of it), so that bookies started together drift
-        apart at once instead of compacting in step."""
-        interval = self.config.gc_wait_time_ms / 1000.0
-        jitter = self.config.gc_wait_time_jitter
-        if jitter <= 0:
-            return interval
-        spread = 0.5 if first else jitter
-        return interval * random.uniform(1.0 - spread, 1.0 + spread)
-
     async def run(self) -> None:
-        """Collect every ``gc_wait_time_ms`` (:meth:`wait_s`) until cancelled."""
-        first = True
-        while True:
-            await asyncio.sleep(self.wait_s(first))
-            first = False
+        """Collect every ``gc_wait_time_ms`` (give or take ``background_timer_jitter``) until
+        cancelled."""
+        for wait_s in jittered(self.config.gc_wait_time_ms / 1000.0, self.config.background_timer_jitter):
+            await asyncio.sleep(wait_s)
             t0 = time.perf_counter()
             try:
                 result = await self.collect()

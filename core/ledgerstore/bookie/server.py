@@ -53,6 +53,7 @@ from ledgerstore.bookie.parts import JournalFactory, ServingParts
 from ledgerstore.bookie.processor import RequestProcessor
 from ledgerstore.bookie.repair import LimboRepair
 from ledgerstore.bookie.state import BookieState, BookieStatus
+from ledgerstore.bookie.timers import jittered
 from ledgerstore.client.client import Client
 from ledgerstore.config import BookieConfig, ClientConfig
 from ledgerstore.errors import BookieDiskFullError, BookieUnavailableError, LedgerStoreError
@@ -490,8 +491,8 @@ class Bookie:
         interval = self.config.flush_interval_ms / 1000.0
         failing = ""  # the failure of the checkpoints since the last one that succeeded
         last_said = 0.0
-        while True:
-            await asyncio.sleep(interval)
+        for wait_s in jittered(interval, self.config.background_timer_jitter):
+            await asyncio.sleep(wait_s)
             try:
                 await asyncio.to_thread(self.checkpoint)
             except BookieDiskFullError as exc:

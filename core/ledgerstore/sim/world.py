@@ -69,10 +69,10 @@ class SimBookie:
             ledger_dirs=[str(root / "ledgers")], storage=STORAGE, storage_options=STORAGE_OPTIONS,
             auto_init_cluster=True, flush_interval_ms=world.rng_for(f"{self.name}.flush").randint(1000, 10_000),
             metadata_start_retry_s=0.0,
-            # garbage collection every few seconds, compactions soon after (virtual time); without
-            # the timer's jitter, which would draw from the run's global random and so move every
-            # later draw of a seed's schedule (the bookies' checkpoints already differ, above)
-            gc_wait_time_ms=3000, gc_wait_time_jitter=0.0, minor_compaction_threshold=0.5, minor_compaction_interval_s=4,
+            # garbage collection every few seconds, compactions soon after (virtual time); the
+            # timers without their jitter, which would draw from the run's global random and so
+            # move every later draw of a seed's schedule (the checkpoint intervals differ, above)
+            background_timer_jitter=0.0, gc_wait_time_ms=3000, minor_compaction_threshold=0.5, minor_compaction_interval_s=4,
             major_compaction_threshold=0.9, major_compaction_interval_s=15)
         #: the machine's files (the journal's and the storage engine's), which outlive its processes
         self.files = self._new_disks(world.rng_for(f"{self.name}.files"))
