@@ -13,4 +13,12 @@ export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/python -m ruff check core plugins contrib tests benchmarks examples scripts || { echo "ruff found problems"; exit 1; }
 .venv/bin/lint-imports --no-logo || { echo "import-linter found a broken layer contract"; exit 1; }
 .venv/bin/python -m mypy || { echo "mypy found problems"; exit 1; }
+# Two test processes (pytest-xdist), a test file each at a time: the suite spends most of its time
+# waiting on real servers, so two files at once use the cores it leaves idle. Each process picks
+# its ports from a slice of its own (ledgerstore.ports); tests/background.py runs the long
+# background jobs once for both. LEDGERSTORE_TEST_PROCESSES=1 runs the suite in one process.
+workers="${LEDGERSTORE_TEST_PROCESSES:-2}"
+if [ "$workers" -gt 1 ]; then
+  exec .venv/bin/python -m pytest -p no:cacheprovider -n "$workers" --dist loadfile "$@"
+fi
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

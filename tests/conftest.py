@@ -180,7 +180,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    background.start_needed([item.nodeid for item in session.items])
+    if not background.is_worker():  # under pytest-xdist the controller starts them (below)
+        background.start_needed([item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """pytest-xdist's controller: a worker collected the suite (each collects all of it)."""
+    background.start_needed(ids)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

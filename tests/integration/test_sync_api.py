@@ -116,6 +116,8 @@ def test_ctrl_c_during_a_blocking_call_cancels_it_on_the_loop(client: ledgerstor
 
 def test_the_loop_thread_stops_with_the_last_client_and_its_handles_refuse_work(
         shared_cluster: LocalCluster) -> None:
+    others = [t for t in threading.enumerate() if t.name == "ledgerstore-io"]
+    assert not others, "a client of an earlier test is still open (its I/O thread runs): this test needs the last one"
     c = ledgerstore.Client(metadata=shared_cluster.metadata)
     lh = c.create_ledger(3, 2, 2, password=PW)
     lh.append(b"before close")

@@ -46,3 +46,15 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_cached_clients() -> Iterator[None]:
+    """The connector keeps one client per cluster in each process that uses it, this test process
+    (Spark's driver) included: close them after each module, whose clusters are gone by then, so
+    the tests that run after it in this process (under pytest-xdist, any file) do not find a
+    client of a stopped cluster still open, with its I/O thread and its health checks."""
+    yield
+    clients = sys.modules.get("ledgerstore_spark.clients")
+    if clients is not None:
+        clients.close_all()
