@@ -461,9 +461,11 @@ def run_rows(kit: ModuleType, plan: Any, rows: dict[str, Any], tmp: Path) -> Non
 
 # --- the catch-up reader's process ----------------------------------------------------------------
 
-async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4) -> dict[str, Any]:
+async def _read(metadata: str, ledger_id: int, machine_meter: Any, batch: int = 256, window: int = 4) -> dict[str, Any]:
     """Read the ledger from its first entry, ``window`` batches of ``batch`` entries in flight,
-    until its end or SIGTERM (the writer's measured run is over); what was read, how fast."""
+    until its end or SIGTERM (the writer's measured run is over); what was read, how fast, and
+    how busy the machine was meanwhile (``machine_meter()``: a ``run_all.MachineCpu``; the
+    writer's own figure covers its whole run, of which the read may be only a part)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     entries = nbytes = 0
@@ -472,6 +474,7 @@ async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4
         last = handle.last_add_confirmed
         start = time.perf_counter()
         cpu0 = time.process_time()
+        machine = machine_meter()
         inflight: list[asyncio.Task[Any]] = []
         first = 0
         while (first <= last or inflight) and not stop.is_set():
@@ -484,11 +487,13 @@ async def _read(metadata: str, ledger_id: int, batch: int = 256, window: int = 4
             nbytes += sum(len(e.payload) for e in got)
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu0
+        machine_busy = machine.busy()
         for t in inflight:
             t.cancel()
     return {"entries": entries, "bytes": nbytes, "seconds": round(seconds, 3),
             "mb_per_s": round(nbytes / 1e6 / seconds, 1) if seconds else 0.0, "finished": first > last,
-            "stopped": stop.is_set(), "cpu_percent_of_a_core": round(100 * cpu / seconds, 1) if seconds else 0.0}
+            "stopped": stop.is_set(), "cpu_percent_of_a_core": round(100 * cpu / seconds, 1) if seconds else 0.0,
+            "machine_busy": machine_busy}
 
 
 if __name__ == "__main__":
@@ -498,4 +503,6 @@ if __name__ == "__main__":
     # and the writer's process do): uvloop when installed, the collector tuned
     install_fast_loop()
     tune_gc()
-    print(json.dumps(asyncio.run(_read(sys.argv[2], int(sys.argv[3])))))
+    import run_all  # this script's directory is on the path: the meter the writer's figures use
+
+    print(json.dumps(asyncio.run(_read(sys.argv[2], int(sys.argv[3]), run_all.MachineCpu))))
