@@ -234,6 +234,11 @@ def test_the_replicas_check_finds_a_bookie_formatted_unseen_and_recovery_restore
 
     try:
         run(main())
+    except AssertionError as exc:
+        # what the auditor did is in its log, which goes with the cluster's directory
+        log_path = cluster.data_dir / "autorecovery.log"
+        tail = log_path.read_text(errors="replace")[-6000:] if log_path.exists() else "(no log)"
+        raise AssertionError(f"{exc}\nthe auto-recovery process's log ends:\n{tail}") from exc
     finally:
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
